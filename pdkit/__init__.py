@@ -1,0 +1,1 @@
+"""pdkit: the domain of the deployment kit (profile, plan, renderers, operations). No CDK imports."""

@@ -1,0 +1,5 @@
+import sys
+
+from pdkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,434 @@
+"""The deployment plan: every decision the kit makes, derived once from a profile.
+
+Stacks, manifests, command lines, runbook tables and CLI output render this plan; none of them
+decides anything. Impossible deployments are refused here with the field, the value and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from pdkit import catalog
+from pdkit.catalog import InstanceType, Model
+from pdkit.errors import ProfileError
+from pdkit.profile import PLACEHOLDER_RESERVATION, Profile, Role
+
+ROLES = ("prefill", "decode")
+ROLE_LABEL = "pdkit/role"
+# Kubernetes versions this kit's pinned CDK, kubectl layer and add-ons are tested with.
+KUBERNETES_VERSIONS = ("1.35", "1.36")
+# AWS services the nodes reach without the NAT gateway (DESIGN §3.2); interface endpoints.
+INTERFACE_ENDPOINTS = (
+    "ecr.api",
+    "ecr.dkr",
+    "sts",
+    "ec2",
+    "logs",
+    "monitoring",
+    "ssm",
+    "ssmmessages",
+    "ec2messages",
+    "eks",
+    "eks-auth",
+)
+GATEWAY_ENDPOINTS = ("s3",)
+PRIVATE_SUBNET_MASK = 19
+PUBLIC_SUBNET_MASK = 24
+
+# Start-up model (estimates, stated as such in `pdkit plan`): S3 -> node NVMe staging rate per node,
+# NVMe read rate while SGLang loads its shard, and CUDA-graph capture plus warm-up.
+STAGING_GBPS_PER_NODE = 2.5
+NVME_READ_GBPS = 8.0
+WARMUP_MINUTES = 10.0
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    name: str
+    replicas: int
+    nodes_per_replica: int
+    nodes: int
+    gpus_per_node: int
+    gpus_per_replica: int
+    gpus: int
+    tp: int
+    pp: int
+    ep: int
+    attn_cp: int
+    attn_dp: int
+    attn_tp: int
+    moe_a2a_backend: str
+    deepep_mode: str | None
+    experts_per_gpu: float
+    ep_spans_nodes: bool
+    cross_node_moe_messages_per_token: int
+    pp_transfers_per_chunk: int
+    weights_gb_per_gpu: float
+    kv_budget_gb_per_gpu: float
+    kv_tokens_per_gpu: int
+    context_length: int
+    mem_fraction_static: float
+    max_running_requests: int
+    node_group_name: str
+    labels: dict[str, str]
+    taint: dict[str, str]
+    efa_devices_per_node: int
+    settings: Role = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Estimates:
+    gpu_cost_per_hour_usd: float | None
+    block_cost_usd: float | None
+    staging_minutes: float
+    load_minutes: float
+    startup_budget_minutes: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    profile_path: str
+    region: str
+    account: str | None
+    block_az: str
+    availability_zones: tuple[str, ...]
+    reservation_id: str
+    reservation_is_placeholder: bool
+    instance: InstanceType
+    instance_count: int
+    placement_group: str
+    efa_devices_per_node: int
+    model: Model
+    roles: dict[str, RolePlan]
+    stack_names: dict[str, str]
+    interface_endpoints: tuple[str, ...]
+    gateway_endpoints: tuple[str, ...]
+    private_subnet_mask: int
+    public_subnet_mask: int
+    estimates: Estimates
+    profile: Profile = field(repr=False)
+
+    @property
+    def decode(self) -> RolePlan:
+        return self.roles["decode"]
+
+    @property
+    def prefill(self) -> RolePlan:
+        return self.roles["prefill"]
+
+    def to_dict(self) -> dict[str, Any]:
+        plain: dict[str, Any] = _plain(self)
+        return plain
+
+
+def build(profile: Profile, *, profile_path: str | Path = "") -> Plan:
+    """Derive the plan, or raise ProfileError for the first impossible setting."""
+    try:
+        return _build(profile, str(profile_path))
+    except ProfileError as err:
+        raise err.with_source(str(profile_path)) from None
+
+
+def _build(p: Profile, path: str) -> Plan:
+    instance = _instance_type(p)
+    model = _model(p)
+    zones = _zones(p)
+    _kubernetes(p)
+    efa = _efa_devices(p, instance)
+    roles = {name: _role(p, name, getattr(p.roles, name), instance, model, efa) for name in ROLES}
+    _node_total(p, roles)
+    if p.network.nat_gateways > len(zones):
+        raise ProfileError(
+            "network.nat_gateways", p.network.nat_gateways, f"more NAT gateways than AZs ({len(zones)})", f"use 1..{len(zones)}"
+        )
+    _endpoint(p)
+    return Plan(
+        name=p.name,
+        profile_path=path,
+        region=p.aws.region,
+        account=p.aws.account,
+        block_az=p.aws.availability_zone,
+        availability_zones=zones,
+        reservation_id=p.capacity.reservation_id,
+        reservation_is_placeholder=p.capacity.reservation_id == PLACEHOLDER_RESERVATION,
+        instance=instance,
+        instance_count=p.capacity.instance_count,
+        placement_group=p.capacity.placement_group,
+        efa_devices_per_node=efa,
+        model=model,
+        roles=roles,
+        stack_names={"network": f"{p.name}-network"},
+        interface_endpoints=INTERFACE_ENDPOINTS,
+        gateway_endpoints=GATEWAY_ENDPOINTS,
+        private_subnet_mask=PRIVATE_SUBNET_MASK,
+        public_subnet_mask=PUBLIC_SUBNET_MASK,
+        estimates=_estimates(p, roles, model),
+        profile=p,
+    )
+
+
+def _instance_type(p: Profile) -> InstanceType:
+    known = catalog.instance_types()
+    if p.capacity.instance_type not in known:
+        raise ProfileError(
+            "capacity.instance_type",
+            p.capacity.instance_type,
+            "not in the kit's instance-type table",
+            f"use one of {', '.join(known)} (or add a row to pdkit/data/instance_types.yaml)",
+        )
+    return known[p.capacity.instance_type]
+
+
+def _model(p: Profile) -> Model:
+    known = catalog.models()
+    if p.model.id not in known:
+        raise ProfileError(
+            "model.id", p.model.id, "not in the kit's model table", f"use one of {', '.join(known)} (or add it to pdkit/data/models.yaml)"
+        )
+    return known[p.model.id]
+
+
+def _zones(p: Profile) -> tuple[str, ...]:
+    region, az = p.aws.region, p.aws.availability_zone
+    table = catalog.region_zones()
+    zones = p.aws.availability_zones or table.get(region)
+    if zones is None:
+        raise ProfileError(
+            "aws.region", region, "no AZ list for this region in the kit", "set aws.availability_zones to the region's AZ names"
+        )
+    for zone in zones:
+        if not (zone.startswith(region) and len(zone) == len(region) + 1 and zone[-1].isalpha()):
+            raise ProfileError("aws.availability_zones", list(zones), f"{zone!r} is not an AZ of {region}", f"list AZ names like {region}a")
+    if az not in zones:
+        raise ProfileError(
+            "aws.availability_zone",
+            az,
+            f"not an Availability Zone of {region} ({', '.join(zones)})",
+            "use the AZ that `pdkit capacity offerings` shows for your block",
+        )
+    return tuple(zones)
+
+
+def _kubernetes(p: Profile) -> None:
+    if p.cluster.kubernetes_version not in KUBERNETES_VERSIONS:
+        raise ProfileError(
+            "cluster.kubernetes_version",
+            p.cluster.kubernetes_version,
+            "not a version this kit is pinned and tested for",
+            f'use one of {", ".join(KUBERNETES_VERSIONS)} (quote it: "1.35")',
+        )
+
+
+def _efa_devices(p: Profile, it: InstanceType) -> int:
+    asked = p.capacity.efa_devices
+    if asked is None:
+        return it.efa_devices
+    if not 1 <= asked <= it.efa_devices:
+        raise ProfileError(
+            "capacity.efa_devices",
+            asked,
+            f"{it.name} has {it.efa_devices} EFA devices (one per network card)",
+            f"use 1..{it.efa_devices} or remove the field to use all",
+        )
+    return asked
+
+
+def _endpoint(p: Profile) -> None:
+    c = p.cluster
+    if c.endpoint_access == "private" and c.public_access_cidrs:
+        raise ProfileError(
+            "cluster.public_access_cidrs",
+            [str(n) for n in c.public_access_cidrs],
+            "set but the endpoint is private",
+            "remove them, or set cluster.endpoint_access: public_and_private",
+        )
+    if c.endpoint_access == "public_and_private":
+        if not c.public_access_cidrs:
+            raise ProfileError("cluster.public_access_cidrs", [], "a public endpoint needs an allow-list", "list your office/VPN CIDRs")
+        wide = [str(n) for n in c.public_access_cidrs if n.prefixlen == 0]
+        if wide:
+            raise ProfileError(
+                "cluster.public_access_cidrs",
+                wide,
+                "opens the Kubernetes API to the whole internet",
+                "list specific CIDRs, or keep the endpoint private and use the SSM access host",
+            )
+
+
+def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int) -> RolePlan:
+    par = r.parallelism
+    at = f"roles.{name}"
+    gpus_per_replica = r.nodes_per_replica * it.gpus
+    if par.tp * par.pp != gpus_per_replica:
+        raise ProfileError(
+            f"{at}.parallelism.tp",
+            par.tp,
+            f"tp x pp = {par.tp} x {par.pp} = {par.tp * par.pp}, but one replica has {r.nodes_per_replica} node(s) x {it.gpus} GPUs = {gpus_per_replica}",
+            f"make tp x pp = {gpus_per_replica} (e.g. tp: {gpus_per_replica // par.pp if gpus_per_replica % par.pp == 0 else gpus_per_replica}, pp: {par.pp if gpus_per_replica % par.pp == 0 else 1}) or change nodes_per_replica",
+        )
+    if par.pp > r.nodes_per_replica:
+        raise ProfileError(
+            f"{at}.parallelism.pp",
+            par.pp,
+            f"more pipeline stages than nodes per replica ({r.nodes_per_replica})",
+            "keep pp <= nodes_per_replica; split stages across nodes, not inside one",
+        )
+    for knob in ("attn_cp", "attn_dp"):
+        size = getattr(par, knob)
+        if par.tp % size:
+            raise ProfileError(f"{at}.parallelism.{knob}", size, f"does not divide tp ({par.tp})", f"use a divisor of {par.tp}")
+    if par.tp % (par.attn_cp * par.attn_dp):
+        raise ProfileError(
+            f"{at}.parallelism.attn_dp",
+            par.attn_dp,
+            f"attn_cp x attn_dp = {par.attn_cp * par.attn_dp} does not divide tp ({par.tp})",
+            "lower one of them",
+        )
+    if par.attn_cp > 1:
+        if name != "prefill":
+            raise ProfileError(
+                f"{at}.parallelism.attn_cp",
+                par.attn_cp,
+                "context parallel attention is a prefill feature in SGLang",
+                "use attn_dp on decode",
+            )
+        if par.tp > it.gpus:
+            raise ProfileError(
+                f"{at}.parallelism.attn_cp",
+                par.attn_cp,
+                f"prefill context parallel needs tp <= GPUs of one instance ({it.gpus}); SGLang refuses cross-node CP, and tp is {par.tp}",
+                f"use tp: {it.gpus} with pp across nodes, or the fallback layout attn_cp: 1, attn_dp: {par.tp}",
+            )
+    if par.moe_a2a_backend == "deepep":
+        if par.ep is not None and par.ep != par.tp:
+            raise ProfileError(
+                f"{at}.parallelism.ep", par.ep, f"DeepEP (UCCL-EP) forces ep = tp ({par.tp})", "remove ep, or set moe_a2a_backend: none"
+            )
+        if par.deepep_mode is None:
+            mode = "normal" if name == "prefill" else "low_latency"
+            raise ProfileError(
+                f"{at}.parallelism.deepep_mode", None, "must be pinned (auto switches kernels under load)", f"set deepep_mode: {mode}"
+            )
+        ep = par.tp
+    else:
+        ep = par.ep or 1
+        if par.tp % ep:
+            raise ProfileError(f"{at}.parallelism.ep", ep, f"does not divide tp ({par.tp})", f"use a divisor of {par.tp}")
+    if m.routed_experts % ep:
+        raise ProfileError(
+            f"{at}.parallelism.tp",
+            par.tp,
+            f"expert parallel size {ep} does not divide the model's {m.routed_experts} experts",
+            f"use an ep (= tp with DeepEP) that divides {m.routed_experts}, e.g. 8 or 16",
+        )
+    if r.context_length > m.max_context_length:
+        raise ProfileError(
+            f"{at}.context_length",
+            r.context_length,
+            f"longer than the model's {m.max_context_length}",
+            f"use at most {m.max_context_length}",
+        )
+
+    attn_tp = par.tp // (par.attn_cp * par.attn_dp)
+    weights = m.routed_expert_gb / (par.tp * par.pp) + m.dense_gb / (attn_tp * par.pp)
+    static_gb = r.mem_fraction_static * it.gpu_memory_gb
+    if weights >= static_gb:
+        raise ProfileError(
+            f"{at}.mem_fraction_static",
+            r.mem_fraction_static,
+            f"weights need ~{weights:.1f} GB per GPU but the static pool is {static_gb:.1f} GB of {it.gpu_memory_gb:.1f} GB",
+            "spread the model over more GPUs (more nodes per replica or larger tp) or raise mem_fraction_static",
+        )
+    kv_gb = static_gb - weights
+    kv_per_token = m.kv_bytes_per_token_per_layer * m.layers / par.pp
+    kv_tokens = int(kv_gb * catalog.GB / kv_per_token)
+    if kv_tokens * par.attn_cp < r.context_length:
+        raise ProfileError(
+            f"{at}.context_length",
+            r.context_length,
+            f"the KV budget (~{kv_gb:.1f} GB per GPU, ~{kv_tokens} tokens) cannot hold one request of this length",
+            "lower context_length, raise mem_fraction_static, or spread the model over more GPUs",
+        )
+    spans = ep > it.gpus
+    return RolePlan(
+        name=name,
+        replicas=r.replicas,
+        nodes_per_replica=r.nodes_per_replica,
+        nodes=r.replicas * r.nodes_per_replica,
+        gpus_per_node=it.gpus,
+        gpus_per_replica=gpus_per_replica,
+        gpus=r.replicas * gpus_per_replica,
+        tp=par.tp,
+        pp=par.pp,
+        ep=ep,
+        attn_cp=par.attn_cp,
+        attn_dp=par.attn_dp,
+        attn_tp=attn_tp,
+        moe_a2a_backend=par.moe_a2a_backend,
+        deepep_mode=par.deepep_mode,
+        experts_per_gpu=m.routed_experts / ep,
+        ep_spans_nodes=spans,
+        cross_node_moe_messages_per_token=2 * m.moe_layers if spans else 0,
+        pp_transfers_per_chunk=par.pp - 1,
+        weights_gb_per_gpu=round(weights, 1),
+        kv_budget_gb_per_gpu=round(kv_gb, 1),
+        kv_tokens_per_gpu=kv_tokens,
+        context_length=r.context_length,
+        mem_fraction_static=r.mem_fraction_static,
+        max_running_requests=r.max_running_requests,
+        node_group_name=f"{p.name}-{name}",
+        labels={ROLE_LABEL: name},
+        taint={"key": ROLE_LABEL, "value": name, "effect": "NoSchedule"},
+        efa_devices_per_node=efa,
+        settings=r,
+    )
+
+
+def _node_total(p: Profile, roles: dict[str, RolePlan]) -> None:
+    total = sum(r.nodes for r in roles.values())
+    if total != p.capacity.instance_count:
+        parts = " + ".join(f"{r.name} {r.replicas}x{r.nodes_per_replica}" for r in roles.values())
+        raise ProfileError(
+            "capacity.instance_count",
+            p.capacity.instance_count,
+            f"the roles need {total} nodes ({parts}) but the block reserves {p.capacity.instance_count}",
+            f"set instance_count: {total}, or change roles.*.replicas / nodes_per_replica to add up to {p.capacity.instance_count}",
+        )
+
+
+def _estimates(p: Profile, roles: dict[str, RolePlan], m: Model) -> Estimates:
+    price = p.capacity.hourly_price_usd
+    per_hour = price * p.capacity.instance_count if price else None
+    staging = m.checkpoint_gb / STAGING_GBPS_PER_NODE / 60
+    load = max(r.weights_gb_per_gpu * r.gpus_per_node for r in roles.values()) / NVME_READ_GBPS / 60
+    return Estimates(
+        gpu_cost_per_hour_usd=per_hour,
+        block_cost_usd=per_hour * p.capacity.duration_hours if per_hour else None,
+        staging_minutes=round(staging, 1),
+        load_minutes=round(load, 1),
+        startup_budget_minutes=round(2 * (load + WARMUP_MINUTES)),
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: _plain(getattr(value, f.name)) for f in fields(value) if f.repr}
+        for prop in ("gpu_memory_gb", "routed_expert_gb", "dense_gb"):
+            if hasattr(type(value), prop):
+                out[prop] = round(getattr(value, prop), 1)
+        return out
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

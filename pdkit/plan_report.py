@@ -1,0 +1,71 @@
+"""`pdkit plan` output: the plan as an operator reads it before paying for a block."""
+
+from __future__ import annotations
+
+import json
+
+from pdkit.plan import Plan, RolePlan
+
+
+def as_json(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True)
+
+
+def as_text(plan: Plan) -> str:
+    it, m, est = plan.instance, plan.model, plan.estimates
+    reservation = (
+        f"{plan.reservation_id} (placeholder: synth only, the deploy guard refuses it)"
+        if plan.reservation_is_placeholder
+        else plan.reservation_id
+    )
+    lines = [
+        f"Deployment {plan.name}  (profile {plan.profile_path})",
+        "",
+        f"  Capacity Block   {plan.instance_count} x {it.name} in {plan.block_az} ({plan.region}), reservation {reservation}",
+        f"  Per node         {it.gpus} x {it.gpu_model} ({it.gpu_memory_gb:.1f} GB each), {plan.efa_devices_per_node} EFA devices on {it.network_cards} network cards, {it.nvme_gb / 1000:.1f} TB NVMe",
+        f"  Placement group  {plan.placement_group}",
+        f"  Network          private subnets in {', '.join(plan.availability_zones)}; GPU nodes only in {plan.block_az}",
+        f"  Model            {m.id}: {m.total_params_b:g}B total / {m.active_params_b:g}B active, {m.routed_experts} experts top-{m.experts_per_token}, {m.moe_layers} MoE layers, ~{m.checkpoint_gb:g} GB of weights",
+        "",
+        _role_table(plan),
+        "",
+        f"  Decode: {plan.decode.cross_node_moe_messages_per_token} cross-node MoE messages per token ({m.moe_layers} MoE layers x dispatch+combine)"
+        + (", the latency-critical path on EFA." if plan.decode.ep_spans_nodes else "; the EP group stays inside one node."),
+        f"  Prefill: {plan.prefill.pp_transfers_per_chunk} pipeline send/recv per chunk across nodes, {plan.prefill.cross_node_moe_messages_per_token} cross-node MoE messages.",
+        "",
+        "  Estimates (assumptions in pdkit/plan.py):",
+        f"    weights staging S3 -> NVMe  ~{est.staging_minutes:g} min per node, load ~{est.load_minutes:g} min, start-up probe budget {est.startup_budget_minutes:g} min",
+    ]
+    if est.gpu_cost_per_hour_usd is not None:
+        lines.append(
+            f"    GPU cost  ${est.gpu_cost_per_hour_usd:,.2f}/hour, ${est.block_cost_usd:,.2f} for the {plan.profile.capacity.duration_hours} h block"
+        )
+    else:
+        lines.append("    GPU cost  set capacity.hourly_price_usd to see it (the block's upfront fee / hours / instances)")
+    lines += ["", "Next: make synth   (then `pdkit capacity offerings` when you are ready to buy a block)"]
+    return "\n".join(lines)
+
+
+def _role_table(plan: Plan) -> str:
+    head = ("role", "nodes", "GPUs", "tp", "pp", "ep", "attn", "experts/GPU", "weights/GPU", "KV/GPU", "KV tokens/GPU", "DeepEP mode")
+    rows = [head] + [_row(r) for r in plan.roles.values()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _row(r: RolePlan) -> tuple[str, ...]:
+    attn = f"cp{r.attn_cp}" if r.attn_cp > 1 else f"dp{r.attn_dp}" if r.attn_dp > 1 else f"tp{r.attn_tp}"
+    return (
+        r.name,
+        f"{r.replicas}x{r.nodes_per_replica}",
+        str(r.gpus),
+        str(r.tp),
+        str(r.pp),
+        str(r.ep),
+        attn,
+        f"{r.experts_per_gpu:g}",
+        f"{r.weights_gb_per_gpu:.1f} GB",
+        f"{r.kv_budget_gb_per_gpu:.1f} GB",
+        f"{r.kv_tokens_per_gpu:,}",
+        r.deepep_mode or "-",
+    )

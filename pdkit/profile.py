@@ -1,0 +1,235 @@
+"""The deployment profile: a YAML file validated into these typed models.
+
+Only shape and single-field rules live here; rules that relate fields to each other or to the
+fact tables (instance types, models, regions) live in plan.py. Defaults are the safe choice.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from ipaddress import IPv4Network
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PLACEHOLDER_RESERVATION = "cr-00000000000000000"
+RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+
+
+class FieldFix(ValueError):
+    """A single-field validation failure that knows its fix."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Aws(_Section):
+    region: str
+    availability_zone: str = Field(description="The AZ the Capacity Block is in (from `pdkit capacity offerings`).")
+    account: str | None = Field(default=None, description="Optional 12-digit account id; deploys refuse other accounts.")
+    availability_zones: tuple[str, ...] | None = Field(
+        default=None, description="Override the region's AZ names from pdkit/data/regions.yaml."
+    )
+
+    @field_validator("account")
+    @classmethod
+    def _account(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d{12}", v):
+            raise FieldFix("not a 12-digit AWS account id", 'quote the 12 digits (account: "123456789012") or remove the field')
+        return v
+
+
+class Capacity(_Section):
+    reservation_id: str = Field(description="The cr-... id of the Capacity Block; the placeholder synthesizes only.")
+    instance_type: str
+    instance_count: int = Field(gt=0)
+    duration_hours: int = Field(default=24, description="Block length to search offerings for.")
+    expected_start: datetime | None = None
+    minimum_serving_hours: float = Field(default=4, gt=0, description="Preflight fails if less block time is left.")
+    placement_group: Literal["cluster", "none"] = "cluster"
+    efa_devices: int | None = Field(default=None, description="EFA devices per node; default: all the instance has.")
+    hourly_price_usd: float | None = Field(default=None, gt=0, description="Per instance-hour, for cost estimates.")
+
+    @field_validator("reservation_id")
+    @classmethod
+    def _reservation(cls, v: str) -> str:
+        if not RESERVATION_ID.fullmatch(v):
+            raise FieldFix(
+                "not a Capacity Reservation id (cr- followed by 17 lowercase hex digits)",
+                f"use the cr-... id printed by `pdkit capacity buy`, or {PLACEHOLDER_RESERVATION} to synthesize only",
+            )
+        return v
+
+    @field_validator("duration_hours")
+    @classmethod
+    def _duration(cls, v: int) -> int:
+        ok = (24 <= v <= 14 * 24 and v % 24 == 0) or (14 * 24 < v <= 182 * 24 and v % (7 * 24) == 0)
+        if not ok:
+            raise FieldFix(
+                "Capacity Blocks last 1-14 days in whole days, then 7-day steps up to 182 days",
+                "use a multiple of 24 up to 336, or of 168 up to 4368",
+            )
+        return v
+
+
+class Network(_Section):
+    vpc_cidr: IPv4Network = IPv4Network("10.0.0.0/16")
+    nat_gateways: int = Field(default=1, ge=1, description="NAT gateways for the public registries; 1 per AZ for HA.")
+    flow_log_retention_days: int = 90
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, v: IPv4Network) -> IPv4Network:
+        if v.prefixlen > 16:
+            raise FieldFix("too small for a /19 private subnet in every AZ", "use a /16 (e.g. 10.0.0.0/16)")
+        return v
+
+    @field_validator("flow_log_retention_days")
+    @classmethod
+    def _retention(cls, v: int) -> int:
+        return _retention_days(v)
+
+
+class SystemNodes(_Section):
+    instance_type: str = "m7i.2xlarge"
+    count: int = Field(default=2, ge=1)
+
+
+class Cluster(_Section):
+    kubernetes_version: str
+    endpoint_access: Literal["private", "public_and_private"] = "private"
+    public_access_cidrs: tuple[IPv4Network, ...] = ()
+    admin_principal_arns: tuple[str, ...] = ()
+    log_retention_days: int = 90
+    system_nodes: SystemNodes = SystemNodes()
+
+    @field_validator("admin_principal_arns")
+    @classmethod
+    def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in v:
+            if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", arn):
+                raise FieldFix(f"{arn!r} is not an IAM role or user ARN", "use arn:aws:iam::<account>:role/<name>")
+        return v
+
+    @field_validator("log_retention_days")
+    @classmethod
+    def _retention(cls, v: int) -> int:
+        return _retention_days(v)
+
+
+class Mtp(_Section):
+    """EAGLE multi-token prediction: hides per-token overhead by verifying several tokens per step."""
+
+    enabled: bool = False
+    steps: int = Field(default=3, ge=1)
+    topk: int = Field(default=1, ge=1)
+    draft_tokens: int = Field(default=4, ge=1)
+
+
+class Parallelism(_Section):
+    tp: int = Field(gt=0, description="Tensor parallel size of one replica (its GPUs, together with pp).")
+    pp: int = Field(default=1, gt=0)
+    attn_cp: int = Field(default=1, gt=0, description="Attention context parallel size (prefill only).")
+    attn_dp: int = Field(default=1, gt=0, description="Attention data parallel size.")
+    moe_a2a_backend: Literal["deepep", "none"] = "deepep"
+    deepep_mode: Literal["normal", "low_latency"] | None = None
+    ep: int | None = Field(default=None, gt=0, description="Expert parallel size; DeepEP forces ep = tp.")
+
+
+class Role(_Section):
+    replicas: int = Field(gt=0)
+    nodes_per_replica: int = Field(gt=0)
+    parallelism: Parallelism
+    context_length: int = Field(gt=0, description="Cap it: an uncapped KV pool hangs SGLang after weight load.")
+    mem_fraction_static: float = Field(gt=0.3, lt=0.96)
+    max_running_requests: int = Field(gt=0)
+    chunked_prefill_size: int | None = Field(default=None, gt=0)
+    cuda_graph_max_bs: int | None = Field(default=None, gt=0)
+    two_batch_overlap: bool = False
+    mtp: Mtp = Mtp()
+
+
+class Roles(_Section):
+    prefill: Role
+    decode: Role
+
+
+class Router(_Section):
+    policy: Literal["random", "round_robin", "cache_aware", "power_of_two"] = "round_robin"
+    replicas: int = Field(default=2, ge=1)
+
+
+class Serving(_Section):
+    namespace: str = Field(default="pd-serving", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    kv_transfer: Literal["mooncake", "nixl"] = "mooncake"
+    router: Router = Router()
+
+
+class ModelRef(_Section):
+    id: str
+    revision: str = "main"
+    served_name: str | None = None
+
+
+class Images(_Section):
+    source: Literal["build", "external"] = "build"
+    versions_file: str = "containers/versions.yaml"
+    registry: str | None = Field(default=None, description="With source: external, the registry/repository prefix.")
+
+
+class Ami(_Section):
+    source: Literal["eks-optimized", "custom"] = "eks-optimized"
+
+
+class Observability(_Section):
+    alarm_email: str | None = None
+    tpot_p99_ms: float = Field(default=40, gt=0)
+    ttft_p99_ms: float = Field(default=10000, gt=0)
+    block_end_warning_minutes: int = Field(default=60, ge=45, description="Drain lead time; EC2 warns at T-40 min.")
+
+
+class Bench(_Section):
+    concurrency: tuple[int, ...] = (1, 4, 16, 64)
+    input_len: int = Field(default=2048, gt=0)
+    output_len: int = Field(default=512, gt=0)
+    prompts_per_level: int = Field(default=200, gt=0)
+    warmup_requests: int = Field(default=16, ge=1)
+
+
+class Profile(_Section):
+    name: str = Field(description="Deployment name; prefixes every stack and resource.")
+    description: str = ""
+    aws: Aws
+    capacity: Capacity
+    network: Network = Network()
+    cluster: Cluster
+    roles: Roles
+    serving: Serving = Serving()
+    model: ModelRef
+    images: Images = Images()
+    ami: Ami = Ami()
+    observability: Observability = Observability()
+    bench: Bench = Bench()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}[a-z0-9]", v):
+            raise FieldFix("must be 3-32 lowercase letters, digits or dashes, starting with a letter", "e.g. name: glm51-2p2d")
+        return v
+
+
+def _retention_days(v: int) -> int:
+    if v not in LOG_RETENTION_DAYS:
+        nearest = min(LOG_RETENTION_DAYS, key=lambda d: abs(d - v))
+        raise FieldFix("CloudWatch Logs does not accept this retention", f"use one of its periods, e.g. {nearest}")
+    return v

@@ -1,0 +1,86 @@
+"""Shared fixtures: the default profile's plan and its app, synthesized once per test run."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+import yaml
+from aws_cdk.assertions import Template
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.plan import Plan
+from stacks.kit import build_kit
+
+ROOT = Path(__file__).resolve().parent.parent
+# The feature flags of cdk.json, so tests synthesize exactly what `cdk synth` does.
+CDK_CONTEXT = {k: v for k, v in json.loads((ROOT / "cdk.json").read_text())["context"].items() if k != "profile"}
+
+
+def new_app() -> cdk.App:
+    return cdk.App(context=CDK_CONTEXT)
+
+
+@dataclass
+class Kit:
+    app: cdk.App
+    plan: Plan
+    stacks: dict[str, cdk.Stack]
+    assembly: cdk.cx_api.CloudAssembly
+
+    def template(self, name: str) -> Template:
+        return Template.from_stack(self.stacks[name])
+
+    def template_json(self, name: str) -> dict[str, Any]:
+        return json.loads((Path(self.assembly.directory) / self.stacks[name].template_file).read_text())
+
+
+def synth(profile: dict[str, Any] | str | None = None, *, with_policy: bool = False) -> Kit:
+    """Build the kit for a profile (a name, a raw dict or None for the default), without policy plugins."""
+    if isinstance(profile, dict):
+        the_plan = plan_mod.build(profile_files.parse(profile), profile_path="<test>")
+    else:
+        loaded, path = profile_files.load(profile)
+        the_plan = plan_mod.build(loaded, profile_path=path)
+    app = new_app()
+    stacks = build_kit(app, the_plan, with_policy=with_policy)
+    return Kit(app=app, plan=the_plan, stacks=stacks, assembly=app.synth())
+
+
+@pytest.fixture(scope="session")
+def kit() -> Kit:
+    return synth()
+
+
+@pytest.fixture
+def default_raw() -> dict[str, Any]:
+    """The default profile as a plain dict, to mutate in tests."""
+    return copy.deepcopy(yaml.safe_load(profile_files.resolve(None).read_text()))
+
+
+@pytest.fixture
+def raw_with() -> Callable[..., dict[str, Any]]:
+    """`raw_with("capacity.instance_count", 6)` -> default profile with one field changed (None deletes it)."""
+    base = yaml.safe_load(profile_files.resolve(None).read_text())
+
+    def change(*pairs: Any) -> dict[str, Any]:
+        raw = copy.deepcopy(base)
+        for dotted, value in zip(pairs[::2], pairs[1::2], strict=True):
+            *parents, leaf = dotted.split(".")
+            node = raw
+            for key in parents:
+                node = node.setdefault(key, {})
+            if value is None:
+                node.pop(leaf, None)
+            else:
+                node[leaf] = value
+        return raw
+
+    return change

@@ -1,0 +1,41 @@
+"""Normalized whole-template snapshots: any change to what the kit deploys shows up as a diff.
+
+Re-record deliberately with `make update-snapshots` and review the diff. Asset hashes, account ids
+and the CDK version metadata are normalized so a CDK bump does not rewrite every snapshot.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from syrupy.extensions.json import JSONSnapshotExtension
+
+HASH = re.compile(r"[0-9a-f]{64}")
+ACCOUNT = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")
+
+
+def normalize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: normalize(v) for k, v in value.items() if k != "CDKMetadata"}
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    if isinstance(value, str):
+        return ACCOUNT.sub("<account>", HASH.sub("<asset-hash>", value))
+    return value
+
+
+@pytest.fixture
+def snapshot_json(snapshot):
+    return snapshot.use_extension(JSONSnapshotExtension)
+
+
+def test_normalize_hides_hashes_and_accounts():
+    raw = {"S3Key": "ab" * 32 + ".zip", "Arn": "arn:aws:iam::123456789012:role/x", "Resources": {"CDKMetadata": {}}}
+    assert normalize(raw) == {"S3Key": "<asset-hash>.zip", "Arn": "arn:aws:iam::<account>:role/x", "Resources": {}}
+
+
+@pytest.mark.parametrize("stack", ["network"])
+def test_stack_snapshot(kit, snapshot_json, stack):
+    assert normalize(kit.template_json(stack)) == snapshot_json
