@@ -1,0 +1,79 @@
+"""`make bench`: wall-clock numbers for the kit's goals. Prints a table; writes benchmarks/out/bench.json.
+
+Goals (issue "Foundation"): kit synth <= 2x the reference app and <= 20 s median; warm `make test`
+<= 5 min; `pdkit --help` <= 1 s. This is a measurement, not a test: it never fails on a slow run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def timed(cmd: list[str], *, env: dict[str, str] | None = None, findings_ok: bool = False) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - start
+    # The reference app acknowledges nothing, so its synth ends "with errors" after doing all the work.
+    if done.returncode and not (findings_ok and "Synthesis finished with errors" in done.stderr):
+        raise SystemExit(f"bench: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    return elapsed
+
+
+def synth_seconds(app: str | None, runs: int) -> list[float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    out = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = ["cdk", "synth", "--quiet", "--no-notices", "-o", tmp] + (["--app", app] if app else [])
+            out.append(timed(cmd, env=env, findings_ok=app is not None))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3, help="synth runs per app (median reported)")
+    parser.add_argument("--skip-test", action="store_true", help="do not time a warm `make test`")
+    args = parser.parse_args()
+
+    kit = synth_seconds(None, args.runs)
+    ref = synth_seconds(f"{sys.executable} benchmarks/reference_app/app.py", args.runs)
+    cli = [timed([str(ROOT / ".venv/bin/pdkit"), "--help"]) for _ in range(10)]
+    results = {
+        "kit_synth_s": statistics.median(kit),
+        "reference_synth_s": statistics.median(ref),
+        "kit_to_reference": statistics.median(kit) / statistics.median(ref),
+        "pdkit_help_s": statistics.median(cli),
+        "runs": {"kit": kit, "reference": ref, "pdkit_help": cli},
+    }
+    if not args.skip_test:
+        timed(["make", "test"])  # warm-up: venv, node_modules and caches in place
+        results["warm_make_test_s"] = timed(["make", "test"])
+
+    rows = [
+        ("kit cdk synth (median)", f"{results['kit_synth_s']:.1f} s", "<= 20 s"),
+        ("reference cdk synth (median)", f"{results['reference_synth_s']:.1f} s", ""),
+        ("kit / reference", f"{results['kit_to_reference']:.2f}x", "<= 2x"),
+        ("pdkit --help (median of 10)", f"{results['pdkit_help_s']:.2f} s", "<= 1 s"),
+    ]
+    if "warm_make_test_s" in results:
+        rows.append(("warm make test", f"{results['warm_make_test_s']:.0f} s", "<= 300 s"))
+    for name, value, goal in rows:
+        print(f"{name:32} {value:>10}   {goal}")
+    out = ROOT / "benchmarks" / "out"
+    out.mkdir(exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
