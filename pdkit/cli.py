@@ -6,18 +6,10 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from pdkit.commands import register_all
 from pdkit.errors import KitError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from pdkit import plan, plan_report, profile_files
-
-    profile, path = profile_files.load(args.profile)
-    the_plan = plan.build(profile, profile_path=path)
-    print(plan_report.as_json(the_plan) if args.output == "json" else plan_report.as_text(the_plan))
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,10 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--aws-profile", metavar="NAME", help="AWS credentials profile (default: AWS_PROFILE / the SDK chain)")
     common.add_argument("--region", help="AWS region (default: the deployment profile's aws.region)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    p = sub.add_parser("plan", parents=[common], help="show what the profile deploys: nodes, parallelism, memory, messages per token")
-    p.add_argument("--output", choices=("text", "json"), default="text")
-    p.set_defaults(handler=_cmd_plan)
+    register_all(sub, common)
     return parser
 
 

@@ -106,6 +106,8 @@ class Plan:
     efa_devices_per_node: int
     model: Model
     roles: dict[str, RolePlan]
+    cluster_name: str
+    kubernetes_version: str
     stack_names: dict[str, str]
     interface_endpoints: tuple[str, ...]
     gateway_endpoints: tuple[str, ...]
@@ -163,6 +165,8 @@ def _build(p: Profile, path: str) -> Plan:
         efa_devices_per_node=efa,
         model=model,
         roles=roles,
+        cluster_name=p.name,
+        kubernetes_version=p.cluster.kubernetes_version,
         stack_names={"network": f"{p.name}-network"},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,

@@ -1,0 +1,22 @@
+"""One module per `pdkit` command group; each exposes `register(subparsers, common)`.
+
+Modules import heavy dependencies (pydantic profile loading, boto3) inside their handlers, so
+`pdkit --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from importlib import import_module
+
+# Order is the order of `pdkit --help`.
+MODULES = ("plan",)
+
+Register = Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]  # type: ignore[type-arg]
+
+
+def register_all(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    for name in MODULES:
+        module = import_module(f"pdkit.commands.{name}")
+        module.register(sub, common)

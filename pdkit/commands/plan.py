@@ -1,0 +1,20 @@
+"""`pdkit plan`: what the profile deploys, before anything is paid for."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("plan", parents=[common], help="show what the profile deploys: nodes, parallelism, memory, messages per token")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdkit import plan_report
+    from pdkit.context import load_plan
+
+    the_plan = load_plan(args.profile)
+    print(plan_report.as_json(the_plan) if args.output == "json" else plan_report.as_text(the_plan))
+    return 0
