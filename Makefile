@@ -49,7 +49,11 @@ typecheck: setup ## mypy (strict) on pdkit/
 unit: setup ## pytest only
 	pytest
 
-test: lint typecheck unit ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, policy, cfn-lint)
+# Fragments in mk/ add their own targets and append to TEST_TARGETS (e.g. the SGLang conformance run).
+TEST_TARGETS := lint typecheck unit
+-include mk/*.mk
+
+test: $(TEST_TARGETS) ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, policy, cfn-lint) and mk/ extras
 
 update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
 	pytest tests/test_snapshots.py --snapshot-update
