@@ -33,6 +33,10 @@ def test_every_profile_field_is_in_the_readme():
     for path in sorted(_fields(Profile)):
         role_form = re.sub(r"^roles\.(prefill|decode)\.", "roles.*.", path)
         leaf = path.rsplit(".", 1)[-1]
-        if f"`{path}`" not in table and f"`{role_form}`" not in table and not (f"`{role_form.rsplit('.', 1)[0]}." in table and leaf in table):
+        if (
+            f"`{path}`" not in table
+            and f"`{role_form}`" not in table
+            and not (f"`{role_form.rsplit('.', 1)[0]}." in table and leaf in table)
+        ):
             missing.append(path)
     assert missing == []
