@@ -97,3 +97,35 @@ def models() -> dict[str, Model]:
 @cache
 def region_zones() -> dict[str, tuple[str, ...]]:
     return {region: tuple(zones) for region, zones in _load("regions.yaml").items()}
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str
+    repository: str
+    chart: str
+    version: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class Addons:
+    managed: dict[str, str]
+    charts: dict[str, Chart]
+    load_balancer_controller: str
+    eks_image_registry_accounts: dict[str, str]
+
+    def eks_image_registry(self, region: str) -> str:
+        account = self.eks_image_registry_accounts.get(region, self.eks_image_registry_accounts["default"])
+        return f"{account}.dkr.ecr.{region}.amazonaws.com"
+
+
+@cache
+def addons() -> Addons:
+    raw = _load("addons.yaml")
+    return Addons(
+        managed=dict(raw["managed"]),
+        charts={name: Chart(name=name, **row) for name, row in raw["charts"].items()},
+        load_balancer_controller=raw["load_balancer_controller"],
+        eks_image_registry_accounts=dict(raw["eks_image_registry_accounts"]),
+    )

@@ -19,6 +19,8 @@ from pdkit.errors import ProfileError
 from pdkit.profile import PLACEHOLDER_RESERVATION, Profile, Role
 
 ROLES = ("prefill", "decode")
+# Every stack exists for every profile; switches change properties, not which stacks exist.
+STACKS = ("network", "cluster", "capacity")
 ROLE_LABEL = "pdkit/role"
 # Kubernetes versions this kit's pinned CDK, kubectl layer and add-ons are tested with.
 KUBERNETES_VERSIONS = ("1.35", "1.36")
@@ -45,6 +47,19 @@ PUBLIC_SUBNET_MASK = 24
 STAGING_GBPS_PER_NODE = 2.5
 NVME_READ_GBPS = 8.0
 WARMUP_MINUTES = 10.0
+
+
+@dataclass(frozen=True)
+class NetworkInterface:
+    """One interface of a GPU node's launch template (EC2 efa-acc-inst-types layout)."""
+
+    card: int
+    device: int
+    kind: str  # "interface" (ENA, carries the node's IPs) or "efa-only" (no IPs)
+
+    @property
+    def carries_ips(self) -> bool:
+        return self.kind == "interface"
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,11 @@ class Plan:
     roles: dict[str, RolePlan]
     cluster_name: str
     kubernetes_version: str
+    network_interfaces: tuple[NetworkInterface, ...]
+    gpu_node_labels: dict[str, str]
+    system_node_labels: dict[str, str]
+    system_node_arch: str
+    drain_lead_minutes: int
     stack_names: dict[str, str]
     interface_endpoints: tuple[str, ...]
     gateway_endpoints: tuple[str, ...]
@@ -167,7 +187,13 @@ def _build(p: Profile, path: str) -> Plan:
         roles=roles,
         cluster_name=p.name,
         kubernetes_version=p.cluster.kubernetes_version,
-        stack_names={"network": f"{p.name}-network"},
+        network_interfaces=_interfaces(instance, efa),
+        # The NVIDIA device plugin chart schedules only on nodes carrying this label (or an NFD one).
+        gpu_node_labels={"nvidia.com/gpu.present": "true"},
+        system_node_labels={ROLE_LABEL: "system"},
+        system_node_arch=_arch(p.cluster.system_nodes.instance_type),
+        drain_lead_minutes=p.observability.block_end_warning_minutes,
+        stack_names={part: f"{p.name}-{part}" for part in STACKS},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,
         private_subnet_mask=PRIVATE_SUBNET_MASK,
@@ -241,6 +267,23 @@ def _efa_devices(p: Profile, it: InstanceType) -> int:
             f"use 1..{it.efa_devices} or remove the field to use all",
         )
     return asked
+
+
+def _interfaces(it: InstanceType, efa: int) -> tuple[NetworkInterface, ...]:
+    """ENA primary at card 0 / device 0 (it cannot be EFA-only and carries the IPs); one EFA-only
+    interface per network card: card 0 device 1, then device 0 on cards 1..N-1.
+
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html
+    """
+    efa_only = [NetworkInterface(0, 1, "efa-only")] + [NetworkInterface(card, 0, "efa-only") for card in range(1, it.network_cards)]
+    return (NetworkInterface(0, 0, "interface"), *efa_only[:efa])
+
+
+def _arch(instance_type: str) -> str:
+    """Graviton families carry a 'g' after the generation digit (m7g, c8gd); everything else here is x86_64."""
+    family = instance_type.split(".", 1)[0]
+    digits = [i for i, ch in enumerate(family) if ch.isdigit()]
+    return "arm64" if digits and "g" in family[digits[0] + 1 :] else "x86_64"
 
 
 def _endpoint(p: Profile) -> None:

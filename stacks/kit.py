@@ -5,19 +5,34 @@ from __future__ import annotations
 import aws_cdk as cdk
 
 from pdkit.plan import Plan
+from stacks.capacity_stack import CapacityStack
+from stacks.cluster_stack import ClusterStack
 from stacks.network_stack import NetworkStack
-from stacks.policy import CdkProviderLintConfig, attach
+from stacks.policy import attach
 
 
 def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str, cdk.Stack]:
     env = cdk.Environment(account=plan.account, region=plan.region)
     cdk.Tags.of(app).add("pdkit:deployment", plan.name)
-    stacks: dict[str, cdk.Stack] = {
-        "network": NetworkStack(
-            app, plan.stack_names["network"], plan=plan, env=env, description=f"{plan.name}: VPC, NAT, endpoints, flow logs"
-        ),
-    }
-    cdk.Aspects.of(app).add(CdkProviderLintConfig())
+    network = NetworkStack(app, plan.stack_names["network"], plan=plan, env=env, description=f"{plan.name}: VPC, NAT, endpoints, flow logs")
+    cluster = ClusterStack(
+        app,
+        plan.stack_names["cluster"],
+        plan=plan,
+        network=network,
+        env=env,
+        description=f"{plan.name}: EKS cluster, add-ons, system nodes, access host",
+    )
+    capacity = CapacityStack(
+        app,
+        plan.stack_names["capacity"],
+        plan=plan,
+        network=network,
+        cluster=cluster,
+        env=env,
+        description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_id}, guard, lifecycle automation",
+    )
+    stacks: dict[str, cdk.Stack] = {"network": network, "cluster": cluster, "capacity": capacity}
     if with_policy:
         attach(app)
     return stacks

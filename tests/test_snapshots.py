@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from pdkit.plan import STACKS
+
 HASH = re.compile(r"[0-9a-f]{64}")
 ACCOUNT = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")
 
@@ -36,6 +38,6 @@ def test_normalize_hides_hashes_and_accounts():
     assert normalize(raw) == {"S3Key": "<asset-hash>.zip", "Arn": "arn:aws:iam::<account>:role/x", "Resources": {}}
 
 
-@pytest.mark.parametrize("stack", ["network"])
+@pytest.mark.parametrize("stack", STACKS)
 def test_stack_snapshot(kit, snapshot_json, stack):
     assert normalize(kit.template_json(stack)) == snapshot_json

@@ -1,0 +1,87 @@
+"""Block lifecycle automation: scale GPU node groups up when the block is delivered and to 0 at
+T-minus the drain lead (from the reservation's current end date), with notifications.
+Runtime code: pdkit/functions/block_lifecycle.py."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from pdkit import reservation
+from pdkit.plan import Plan
+from stacks.kit_function import KitFunction
+from stacks.policy import acknowledge
+
+CHECK_EVERY = cdk.Duration.minutes(5)
+
+
+class BlockLifecycle(Construct):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int) -> None:
+        super().__init__(scope, id_)
+        stack = cdk.Stack.of(self)
+        self.topic = sns.Topic(self, "Notifications", display_name=f"{plan.name} Capacity Block", master_key=key, enforce_ssl=True)
+        if plan.profile.observability.alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(plan.profile.observability.alarm_email))
+        groups = {role.node_group_name: role.nodes for role in plan.roles.values()}
+        self.function = KitFunction(
+            self,
+            "Function",
+            handler="pdkit.functions.block_lifecycle.handler",
+            modules=("reservation.py", "functions/block_lifecycle.py"),
+            description=f"{plan.name}: scale GPU node groups at Capacity Block start and drain before its end",
+            vpc=vpc,
+            key=key,
+            log_retention_days=log_retention_days,
+            environment={
+                "CLUSTER_NAME": plan.cluster_name,
+                "RESERVATION_ID": plan.reservation_id,
+                "NODE_GROUPS": json.dumps(groups, sort_keys=True),
+                "DRAIN_LEAD_MINUTES": str(plan.drain_lead_minutes),
+                "TOPIC_ARN": self.topic.topic_arn,
+            },
+        )
+        nodegroups = [f"arn:{stack.partition}:eks:{stack.region}:{stack.account}:nodegroup/{plan.cluster_name}/{name}/*" for name in groups]
+        scale = self.function.allow(
+            "Scale",
+            iam.PolicyStatement(actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"], resources=nodegroups),
+            iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations"], resources=["*"]),
+            iam.PolicyStatement(actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+        )
+        acknowledge(
+            scale,
+            {
+                "AwsSolutions-IAM5[Resource::*]": "ec2:DescribeCapacityReservations supports no resource-level permissions; the function only reads it.",
+                **{
+                    f"AwsSolutions-IAM5[Resource::arn:aws:eks:{plan.region}:{plan.account or '<AWS::AccountId>'}:nodegroup/{plan.cluster_name}/{name}/*]": "EKS node group ARNs end in an id assigned at creation; the wildcard covers only that suffix of this kit's own node groups."
+                    for name in groups
+                },
+            },
+        )
+        self.events = events.Rule(
+            self,
+            "BlockEvents",
+            description=f"{plan.reservation_id}: delivered and expiration-warning events",
+            event_pattern=events.EventPattern(
+                source=["aws.ec2"],
+                detail_type=[*reservation.DELIVERED, *reservation.EXPIRING],
+                detail={"capacity-reservation-id": [plan.reservation_id]},
+            ),
+            targets=[targets.LambdaFunction(self.function.function, dead_letter_queue=self.function.dead_letters, retry_attempts=4)],
+        )
+        self.clock = events.Rule(
+            self,
+            "DrainCheck",
+            description=f"every {CHECK_EVERY.to_minutes()} min: drain GPU nodes {plan.drain_lead_minutes} min before the block ends",
+            schedule=events.Schedule.rate(CHECK_EVERY),
+            targets=[targets.LambdaFunction(self.function.function, dead_letter_queue=self.function.dead_letters, retry_attempts=2)],
+        )
+        cdk.CfnOutput(scope, "NotificationsTopic", value=self.topic.topic_arn)

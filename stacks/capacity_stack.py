@@ -1,0 +1,107 @@
+"""GPU capacity on the Capacity Block: EFA security group, placement group, launch template, the
+deploy-time guard, one managed node group per role, and the block lifecycle automation.
+
+Desired size has one owner: it is 0 in this template, always, so a redeploy never shrinks a running
+block; the lifecycle automation and `pdkit nodes` scale at run time.
+https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from pdkit.plan import Plan
+from stacks.block_lifecycle import BlockLifecycle
+from stacks.cluster_stack import NODE_POLICIES, ClusterStack
+from stacks.encrypted_log_group import logs_key
+from stacks.gpu_launch_template import GpuLaunchTemplate
+from stacks.network_stack import NetworkStack
+from stacks.policy import acknowledge
+from stacks.reservation_guard import ReservationGuard
+
+
+class CapacityStack(cdk.Stack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, cluster: ClusterStack, **kwargs: Any) -> None:
+        self._zones = list(plan.availability_zones)
+        super().__init__(scope, id_, **kwargs)
+        vpc = network.vpc
+        retention = plan.profile.cluster.log_retention_days
+        key = logs_key(self, "OpsKey", description=f"{plan.name}: Capacity Block automation (logs, queues, notifications)")
+
+        self.efa_security_group = ec2.SecurityGroup(
+            self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False, description="EFA: all traffic between the GPU nodes, nothing else"
+        )
+        self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from GPU nodes")
+        self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to GPU nodes")
+        acknowledge(
+            self.efa_security_group,
+            {
+                "NIST.800.53.R5-EC2RestrictedCommonPorts": "EFA needs all protocols between the GPU nodes, inbound and outbound, from this same security group (EC2 EFA user guide); the only peer is the group itself, never a CIDR.",
+            },
+        )
+
+        self.placement_group = (
+            ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster") if plan.placement_group == "cluster" else None
+        )
+        self.launch_template = GpuLaunchTemplate(
+            self,
+            "GpuLaunchTemplate",
+            plan=plan,
+            cluster_security_group_id=cluster.cluster.cluster_security_group_id,
+            efa_security_group=self.efa_security_group,
+            placement_group=self.placement_group.ref if self.placement_group else None,
+        ).template
+
+        self.guard = ReservationGuard(self, "ReservationGuard", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
+        self.node_role = iam.Role(
+            self,
+            "GpuNodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
+        )
+        acknowledge(
+            self.node_role,
+            {
+                f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]": "AWS-managed policies every EKS managed node needs (kubelet registration, VPC CNI IP management, pulling EKS and ECR images); EKS documents these by name."
+                for name in NODE_POLICIES
+            },
+        )
+        block_subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, availability_zones=[plan.block_az])
+        self.node_groups: dict[str, eks.Nodegroup] = {}
+        for role in plan.roles.values():
+            group = eks.Nodegroup(
+                self,
+                f"{role.name.capitalize()}Nodes",
+                cluster=cluster.cluster,
+                nodegroup_name=role.node_group_name,
+                capacity_type=eks.CapacityType.CAPACITY_BLOCK,
+                # No instance_types: the type is in the launch template (aws-cdk-lib 2.275 also rejects P5-family
+                # types with the NVIDIA AMI type there, AmiTypeDoesNotMatchInstanceArchitecture).
+                launch_template_spec=eks.LaunchTemplateSpec(
+                    id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+                ),
+                ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+                node_role=self.node_role,
+                subnets=block_subnets,
+                min_size=0,
+                desired_size=0,
+                max_size=role.nodes,
+                labels={**role.labels, **plan.gpu_node_labels},
+                taints=[eks.TaintSpec(key=role.taint["key"], value=role.taint["value"], effect=eks.TaintEffect.NO_SCHEDULE)],
+                enable_node_auto_repair=True,
+            )
+            group.node.add_dependency(self.guard.check)
+            self.node_groups[role.name] = group
+
+        self.lifecycle = BlockLifecycle(self, "BlockLifecycle", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
+        cdk.CfnOutput(self, "GpuLaunchTemplateId", value=self.launch_template.ref)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        return self._zones

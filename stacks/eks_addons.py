@@ -1,0 +1,82 @@
+"""EKS managed add-ons and Helm charts, every version pinned in pdkit/data/addons.yaml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from pdkit.catalog import addons
+from pdkit.plan import ROLE_LABEL, Plan
+
+# Device plugins must run on GPU nodes, which carry the role taints; tolerate them and the usual GPU taint.
+GPU_TOLERATIONS = [
+    {"key": ROLE_LABEL, "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+]
+
+
+class ManagedAddons(Construct):
+    """vpc-cni (>= 1.18.5 for EFA-only interfaces), CoreDNS, kube-proxy, Pod Identity agent, node monitoring agent."""
+
+    def __init__(self, scope: Construct, id_: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, id_)
+        pins = addons().managed
+        self.addons: dict[str, eks.CfnAddon] = {}
+        for name in ("vpc-cni", "coredns", "kube-proxy", "eks-node-monitoring-agent"):
+            config: dict[str, Any] | None = None
+            if name == "eks-node-monitoring-agent":
+                # Its DCGM pod tolerates no taints by default, so GPU health checks (and GPU auto repair)
+                # would silently skip the tainted GPU nodes. aws/eks-node-monitoring-agent chart values.
+                config = {"dcgmAgent": {"tolerations": [{"operator": "Exists"}]}}
+            addon = eks.Addon(self, _logical(name), cluster=cluster, addon_name=name, addon_version=pins[name], configuration_values=config)
+            cfn = addon.node.default_child
+            assert isinstance(cfn, eks.CfnAddon)
+            cfn.resolve_conflicts = "OVERWRITE"
+            self.addons[name] = cfn
+        # aws_eks_v2 creates this add-on itself for Pod Identity service accounts; pin that one instead of
+        # declaring a second add-on of the same name (aws/aws-cdk#32580).
+        agent = cluster.eks_pod_identity_agent
+        assert agent is not None
+        pod_identity = agent.node.default_child
+        assert isinstance(pod_identity, eks.CfnAddon)
+        pod_identity.addon_version = pins["eks-pod-identity-agent"]
+        pod_identity.resolve_conflicts = "OVERWRITE"
+        self.addons["eks-pod-identity-agent"] = pod_identity
+
+
+class ClusterCharts(Construct):
+    """NVIDIA and EFA device plugins (GPU nodes), LeaderWorkerSet controller (system nodes)."""
+
+    def __init__(self, scope: Construct, id_: str, *, cluster: eks.Cluster, plan: Plan, system_labels: dict[str, str]) -> None:
+        super().__init__(scope, id_)
+        charts = addons().charts
+        values: dict[str, dict[str, Any]] = {
+            "nvidia-device-plugin": {"tolerations": GPU_TOLERATIONS},
+            # The chart's allowlist includes p5en.48xlarge from v0.5.10 on (older ones skip it and NCCL falls
+            # back to TCP: aws-samples/aws-do-eks#56). Its default image lives in the us-west-2 registry.
+            "aws-efa-k8s-device-plugin": {
+                "tolerations": GPU_TOLERATIONS,
+                "image": {"repository": f"{addons().eks_image_registry(plan.region)}/eks/aws-efa-k8s-device-plugin"},
+            },
+            "lws": {"nodeSelector": system_labels},
+        }
+        self.charts = {
+            name: cluster.add_helm_chart(
+                _logical(name),
+                chart=chart.chart,
+                repository=chart.repository,
+                version=chart.version,
+                namespace=chart.namespace,
+                create_namespace=chart.namespace != "kube-system",
+                release=name,
+                values=values[name],
+            )
+            for name, chart in charts.items()
+        }
+
+
+def _logical(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("-"))

@@ -1,0 +1,57 @@
+"""The GPU launch template: one per instance type, shared by the prefill and decode node groups."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from pdkit import node_config
+from pdkit.plan import Plan
+from stacks.node_launch_template import metadata_options, root_volume
+
+L = ec2.CfnLaunchTemplate
+
+
+class GpuLaunchTemplate(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        plan: Plan,
+        cluster_security_group_id: str,
+        efa_security_group: ec2.ISecurityGroup,
+        placement_group: str | None,
+    ) -> None:
+        super().__init__(scope, id_)
+        efa = efa_security_group.security_group_id
+        interfaces = [
+            L.NetworkInterfaceProperty(
+                network_card_index=nic.card,
+                device_index=nic.device,
+                interface_type=nic.kind,
+                # Only the primary carries IPs and so pod traffic: it also needs the cluster security group.
+                groups=[cluster_security_group_id, efa] if nic.carries_ips else [efa],
+                delete_on_termination=True,
+            )
+            for nic in plan.network_interfaces
+        ]
+        self.template = L(
+            self,
+            "Resource",
+            launch_template_data=L.LaunchTemplateDataProperty(
+                # ML Capacity Blocks need the instance type in the launch template, not on the node group.
+                instance_type=plan.instance.name,
+                instance_market_options=L.InstanceMarketOptionsProperty(market_type="capacity-block"),
+                capacity_reservation_specification=L.CapacityReservationSpecificationProperty(
+                    capacity_reservation_target=L.CapacityReservationTargetProperty(capacity_reservation_id=plan.reservation_id)
+                ),
+                metadata_options=metadata_options(),
+                block_device_mappings=[root_volume(200)],
+                # With interfaces in the template, security groups go on each interface, never on the template.
+                network_interfaces=interfaces,
+                placement=L.PlacementProperty(group_name=placement_group) if placement_group else None,
+                user_data=cdk.Fn.base64(node_config.user_data()),
+            ),
+        )

@@ -1,0 +1,102 @@
+"""A Python Lambda function with the kit's defaults: in the VPC, encrypted logs with retention,
+a dead-letter queue for asynchronous invocations, one concurrent execution, explicit IAM."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.encrypted_log_group import EncryptedLogGroup
+from stacks.function_code import pdkit_code
+from stacks.policy import acknowledge
+
+RUNTIME = lambda_.Runtime.PYTHON_3_14
+
+
+class KitFunction(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        handler: str,
+        modules: tuple[str, ...],
+        description: str,
+        vpc: ec2.IVpc,
+        key: kms.IKey,
+        log_retention_days: int,
+        environment: dict[str, str] | None = None,
+        timeout_minutes: int = 2,
+    ) -> None:
+        super().__init__(scope, id_)
+        logs = EncryptedLogGroup(self, "Logs", key=key, retention_days=log_retention_days)
+        self.dead_letters = sqs.Queue(
+            self, "DeadLetters", encryption_master_key=key, enforce_ssl=True, retention_period=cdk.Duration.days(14)
+        )
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=description)
+        basics = iam.ManagedPolicy(
+            self,
+            "Basics",
+            statements=[
+                iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[logs.log_group.log_group_arn]),
+                iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letters.queue_arn]),
+                iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[key.key_arn]),
+                # Lambda attaches its ENIs in the VPC; EC2 does not scope these actions to resources.
+                iam.PolicyStatement(
+                    actions=[
+                        "ec2:CreateNetworkInterface",
+                        "ec2:DescribeNetworkInterfaces",
+                        "ec2:DeleteNetworkInterface",
+                        "ec2:AssignPrivateIpAddresses",
+                        "ec2:UnassignPrivateIpAddresses",
+                    ],
+                    resources=["*"],
+                ),
+            ],
+        )
+        self.role.add_managed_policy(basics)
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description=f"{description}: HTTPS out only"
+        )
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "AWS APIs via endpoints or NAT")
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=RUNTIME,
+            handler=handler,
+            code=pdkit_code(*modules),
+            description=description,
+            role=self.role.without_policy_updates(),
+            environment=environment,
+            timeout=cdk.Duration.minutes(timeout_minutes),
+            memory_size=256,
+            reserved_concurrent_executions=1,
+            dead_letter_queue=self.dead_letters,
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            security_groups=[self.security_group],
+            log_group=logs.log_group,
+        )
+        acknowledge(
+            basics,
+            {
+                "AwsSolutions-IAM5[Resource::*]": "Lambda's VPC ENI actions (ec2:CreateNetworkInterface and friends) do not support resource-level permissions; nothing else in this role uses a wildcard resource.",
+            },
+        )
+        acknowledge(
+            self.dead_letters,
+            {
+                "AwsSolutions-SQS3": "This queue is itself the dead-letter queue of the function; a dead-letter queue for it would only move the same failed events once more.",
+            },
+        )
+
+    def allow(self, id_: str, *statements: iam.PolicyStatement) -> iam.ManagedPolicy:
+        """Permissions beyond the basics, as a customer-managed policy (no inline policies)."""
+        policy = iam.ManagedPolicy(self, id_, statements=list(statements))
+        self.role.add_managed_policy(policy)
+        return policy

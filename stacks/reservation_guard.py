@@ -1,0 +1,50 @@
+"""Deploy-time guard: refuses the deploy before any GPU node group exists when the reservation is the
+placeholder, unknown, expired or cancelled, or differs from the profile (pdkit/functions/reservation_guard.py)."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from pdkit.plan import Plan
+from stacks.kit_function import KitFunction
+from stacks.policy import acknowledge
+
+
+class ReservationGuard(Construct):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int) -> None:
+        super().__init__(scope, id_)
+        self.function = KitFunction(
+            self,
+            "Function",
+            handler="pdkit.functions.reservation_guard.handler",
+            modules=("reservation.py", "functions/cfn_response.py", "functions/reservation_guard.py"),
+            description=f"{plan.name}: refuse deploys onto a wrong or stale Capacity Block",
+            vpc=vpc,
+            key=key,
+            log_retention_days=log_retention_days,
+        )
+        describe = self.function.allow(
+            "DescribeReservations", iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations"], resources=["*"])
+        )
+        acknowledge(
+            describe,
+            {
+                "AwsSolutions-IAM5[Resource::*]": "ec2:DescribeCapacityReservations supports no resource-level permissions; the guard only reads."
+            },
+        )
+        self.check = cdk.CustomResource(
+            self,
+            "Check",
+            service_token=self.function.function.function_arn,
+            resource_type="Custom::CapacityBlockGuard",
+            properties={
+                "ReservationId": plan.reservation_id,
+                "InstanceType": plan.instance.name,
+                "InstanceCount": str(plan.instance_count),
+                "AvailabilityZone": plan.block_az,
+            },
+        )

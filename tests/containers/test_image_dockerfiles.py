@@ -1,0 +1,227 @@
+"""Dockerfiles: hadolint clean, and every version comes from versions.yaml through build args.
+
+The rule enforced: every ARG is declared WITHOUT a default and is produced by build_args.py for that
+image (and every build arg it produces is declared); no version-looking literal, no copy of a pinned
+value and no `latest` in Dockerfiles or in the scripts they copy; base images only via FROM ${ARG}.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from container_paths import CONTAINERS_DIR, HADOLINT_CONFIG, KIT_DIR, REPO_ROOT, dockerfiles, tool
+
+Doc = dict[str, Any]
+IMAGES = ["sglang-efa", "validation"]
+
+
+def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("hadolint"), "--no-color", "--config", str(HADOLINT_CONFIG), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("path", dockerfiles(), ids=lambda p: str(p.relative_to(CONTAINERS_DIR)))
+def test_hadolint_clean(path: Path) -> None:
+    result = hadolint(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_can_fail(tmp_path: Path) -> None:
+    """The same hadolint run and config do flag a bad Dockerfile (so a green run means something)."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu:latest\nUSER root\nRUN cd /tmp && pip install requests\n")
+    result = hadolint(bad)
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout
+    assert "DL3003" in result.stdout
+
+
+def test_every_ignored_hadolint_rule_has_a_reason() -> None:
+    """Each `- DLxxxx` under `ignored:` is preceded by a comment that names the rule and explains it."""
+    lines = HADOLINT_CONFIG.read_text().splitlines()
+    config = yaml.safe_load(HADOLINT_CONFIG.read_text())
+    assert config["failure-threshold"] == "info"
+    for rule in config.get("ignored", []):
+        index = next(i for i, line in enumerate(lines) if line.strip() == f"- {rule}")
+        comment = []
+        for line in reversed(lines[:index]):
+            if not line.strip().startswith("#"):
+                break
+            comment.append(line)
+        assert any(rule in line for line in comment), f"{rule}: no comment naming it right above"
+        assert sum(len(line) for line in comment) > 80, f"{rule}: the reason is too thin"
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_dockerfile_agrees_with_versions(image: str, doc: Doc, versions: ModuleType) -> None:
+    """No ARG default, no ARG outside build_args.py, no version literal, no `latest`, FROM only ${ARG}."""
+    path = versions.dockerfile_path(doc, image)
+    assert versions.lint_dockerfile(path.read_text(), doc, image, where=str(path)) == []
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_build_args_output_matches_dockerfile_args(image: str, doc: Doc, versions: ModuleType) -> None:
+    """What `build_args.py IMAGE` prints is exactly the set of ARGs the Dockerfile declares."""
+    result = subprocess.run(
+        [sys.executable, str(CONTAINERS_DIR / "build_args.py"), image], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    printed = dict(line.removeprefix("--build-arg=").split("=", 1) for line in result.stdout.splitlines())
+    assert all(line.startswith("--build-arg=") for line in result.stdout.splitlines())
+    declared = versions.dockerfile_args(versions.dockerfile_path(doc, image).read_text())
+    assert set(printed) == set(declared)
+    assert printed == versions.build_args(doc, image)
+
+
+def test_build_args_formats(doc: Doc) -> None:
+    script = str(CONTAINERS_DIR / "build_args.py")
+    as_json = subprocess.run([sys.executable, script, "validation", "--format", "json"], capture_output=True, text=True, check=True)
+    as_env = subprocess.run([sys.executable, script, "validation", "--format", "env"], capture_output=True, text=True, check=True)
+    assert dict(line.split("=", 1) for line in as_env.stdout.splitlines()) == json.loads(as_json.stdout)
+    check = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout
+    unknown = subprocess.run([sys.executable, script, "nope"], capture_output=True, text=True, check=False)
+    assert unknown.returncode == 1
+    assert "unknown image" in unknown.stderr
+
+
+def _lint(versions: ModuleType, doc: Doc, image: str, text: str) -> list[str]:
+    problems: list[str] = versions.lint_dockerfile(text, doc, image)
+    return problems
+
+
+MUTATIONS: dict[str, tuple[str, str, str]] = {
+    # name: (replace this, with this, expected message)
+    "arg default equal to versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION=0.5.23\n", "has a default"),
+    "arg default differing": ("ARG TORCH_VERSION\n", "ARG TORCH_VERSION=2.9.0\n", "has a default"),
+    "arg not in versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION\nARG FLASHINFER_VERSION\n", "not produced by build_args.py"),
+    "arg never declared": ("ARG SGLANG_ROUTER_VERSION\n", "", "never declares ARG SGLANG_ROUTER_VERSION"),
+    "pinned literal in RUN": ('"sglang==${SGLANG_VERSION}"', '"sglang==0.5.23"', "version literal"),
+    "unpinned-style literal": ('"ninja==${NINJA_VERSION}"', '"ninja==1.11.1"', "version literal"),
+    "commit literal": (
+        "/opt/kit/build-uccl-ep.sh /wheels",
+        "UCCL_COMMIT=da914a2054c29725464803e379bb3b98de90dfa1 /opt/kit/build-uccl-ep.sh /wheels",
+        "pinned in versions.yaml",
+    ),
+    "literal base image": (
+        "FROM ${CUDA_DEVEL_IMAGE} AS efa-base",
+        "FROM nvidia/cuda:13.0.3-cudnn-devel-ubuntu24.04 AS efa-base",
+        "FROM nvidia/cuda",
+    ),
+    "base image from a non-base arg": ("FROM ${CUDA_DEVEL_IMAGE} AS efa-base", "FROM ${RUNTIME_USER} AS efa-base", "only a base-image ARG"),
+    "arg missing in the stage using it": (
+        "ARG TORCH_CUDA_ARCH_LIST\nRUN apt-get update",
+        "RUN apt-get update",
+        "stage uccl-build uses TORCH_CUDA_ARCH_LIST",
+    ),
+    "arg a kit script needs, missing in its stage": ("ARG LIBFABRIC_VERSION\nSHELL", "SHELL", "stage efa-base uses LIBFABRIC_VERSION"),
+    "latest": ("pip uninstall --yes sgl-deep-ep", "pip install --upgrade uccl==latest", "'latest'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MUTATIONS))
+def test_version_rules_fire(case: str, doc: Doc, versions: ModuleType) -> None:
+    """Each rule of the docstring fails the serving Dockerfile when exactly that rule is broken."""
+    text = versions.dockerfile_path(doc, "sglang-efa").read_text()
+    old, new, message = MUTATIONS[case]
+    assert old in text, f"mutation {case!r} no longer applies; update it"
+    problems = _lint(versions, doc, "sglang-efa", text.replace(old, new, 1))
+    assert any(message in problem for problem in problems), problems
+
+
+def test_comments_may_mention_versions(doc: Doc, versions: ModuleType) -> None:
+    text = versions.dockerfile_path(doc, "sglang-efa").read_text()
+    assert _lint(versions, doc, "sglang-efa", text + "# bumped from 0.5.22 to 0.5.23\n") == []
+
+
+KIT_FILES = sorted(path for path in KIT_DIR.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
+
+
+@pytest.mark.parametrize("path", KIT_FILES, ids=lambda p: str(p.relative_to(CONTAINERS_DIR)))
+def test_files_copied_into_images_pin_nothing(path: Path, doc: Doc, versions: ModuleType) -> None:
+    """Scripts and the self-test take every version from build args or expected.json, never their own."""
+    pins = versions.pinned_values(doc, "sglang-efa") | versions.pinned_values(doc, "validation")
+    assert versions.lint_text_for_pins(path.read_text(), pins, where=str(path)) == []
+
+
+def _stage(text: str, name: str) -> str:
+    match = re.search(rf"^FROM \S+ AS {name}\n(.*?)(?=^FROM |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    assert match, f"stage {name} not found"
+    return match.group(0)
+
+
+@pytest.mark.parametrize("stage", ["efa-base", "uccl-build"])
+def test_shared_stages_are_identical(stage: str, doc: Doc, versions: ModuleType) -> None:
+    """Validation must test the same EFA user space and UCCL-EP build that serves: no drift between the files."""
+    serving = versions.dockerfile_path(doc, "sglang-efa").read_text()
+    validation = versions.dockerfile_path(doc, "validation").read_text()
+    assert _stage(serving, stage) == _stage(validation, stage)
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_runtime_is_non_root_and_self_tested_last(image: str, doc: Doc, versions: ModuleType) -> None:
+    instructions = versions.dockerfile_instructions(versions.dockerfile_path(doc, image).read_text())
+    users = [line for line in instructions if line.upper().startswith("USER ")]
+    assert users
+    assert users[-1] == "USER ${RUNTIME_UID}"
+    assert instructions[-1] == "RUN python /opt/kit/selftest.py"
+    assert doc["images"][image]["settings"]["RUNTIME_UID"] != "0"
+
+
+def runtime_env(doc: Doc, versions: ModuleType, image: str) -> dict[str, str]:
+    """KEY=VALUE pairs of the ENV instructions of the runtime stage (comments do not count)."""
+    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, image).read_text()))
+    env: dict[str, str] = {}
+    for line in stages["runtime"]:
+        if line.upper().startswith("ENV "):
+            env.update(token.split("=", 1) for token in line[4:].split() if "=" in token)
+    return env
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_runtime_sets_efa_environment(image: str, doc: Doc, versions: ModuleType) -> None:
+    """The defaults without which NCCL and Mooncake silently fall back to TCP."""
+    env = runtime_env(doc, versions, image)
+    wanted = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi"}
+    if image == "sglang-efa":
+        wanted["MOONCAKE_PROTOCOL"] = "efa"
+    assert {key: env.get(key) for key in wanted} == wanted
+    assert env["LD_LIBRARY_PATH"].startswith("/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib:")
+
+
+def test_serving_image_replaces_deep_ep_and_hash_checks_mooncake(doc: Doc, versions: ModuleType) -> None:
+    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, "sglang-efa").read_text()))
+    runtime = "\n".join(stages["runtime"])
+    assert "pip uninstall --yes sgl-deep-ep" in runtime
+    assert "--require-hashes" in runtime
+
+
+def test_efa_installer_is_signature_checked_with_container_flags() -> None:
+    """No unverified download: the installer script checks the pinned GPG fingerprint before extracting."""
+    script = (KIT_DIR / "install-efa-installer.sh").read_text()
+    assert "--skip-kmod --skip-limit-conf --no-verify" in script
+    verify = script.index("VALIDSIG")
+    assert verify < script.index("tar -xzf") < script.index("efa_installer.sh --yes")
+    assert not re.search(r"\|\s*(ba)?sh\b", script), "no curl | sh"
+
+
+@pytest.mark.parametrize(("image", "profile"), [("sglang-efa", "serving"), ("validation", "validation")])
+def test_runtime_stage_declares_what_the_selftest_records(
+    image: str, profile: str, doc: Doc, versions: ModuleType, selftest: ModuleType
+) -> None:
+    """`selftest.py record` reads build args in the runtime stage; an undeclared one would be empty there."""
+    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, image).read_text()))
+    declared = set(versions.dockerfile_args("\n".join(stages["runtime"])))
+    needed = {arg for arg, key in selftest.EXPECTED_FROM_BUILD_ARGS.items() if key in selftest.REQUIRED_KEYS[profile]}
+    assert needed <= declared, sorted(needed - declared)
