@@ -1,0 +1,215 @@
+"""GPU capacity on the Capacity Block: each property that makes or breaks a real deployment."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match
+
+from tests.conftest import synth
+
+
+def _one(kit, kind):
+    found = kit.template("capacity").find_resources(kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return next(iter(found.values()))["Properties"]
+
+
+def _lt(kit):
+    return _one(kit, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+
+
+def _node_groups(kit):
+    return [r["Properties"] for r in kit.template("capacity").find_resources("AWS::EKS::Nodegroup").values()]
+
+
+def _efa_group_id(kit):
+    groups = kit.template("capacity").find_resources(
+        "AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^EFA")}}
+    )
+    (logical,) = groups
+    return {"Fn::GetAtt": [logical, "GroupId"]}
+
+
+def test_sixteen_efa_devices_one_per_network_card(kit):
+    """p5en exposes 16 EFA devices; fewer interfaces silently halve the fabric, NCCL still 'works'."""
+    nics = _lt(kit)["NetworkInterfaces"]
+    efa = [n for n in nics if n["InterfaceType"] in ("efa", "efa-only")]
+    assert len(efa) == 16
+    assert sorted({n["NetworkCardIndex"] for n in nics}) == list(range(16))
+
+
+def test_exactly_one_interface_carries_ips_and_it_is_the_primary(kit):
+    """EFA-only interfaces take no IP; the primary (card 0, device 0) cannot be EFA-only and carries the node's IPs."""
+    with_ips = [n for n in _lt(kit)["NetworkInterfaces"] if n["InterfaceType"] == "interface"]
+    assert len(with_ips) == 1
+    assert (with_ips[0]["NetworkCardIndex"], with_ips[0]["DeviceIndex"]) == (0, 0)
+
+
+def test_security_groups_per_interface(kit):
+    """The primary gets the cluster security group (pod traffic) plus the EFA group; EFA-only interfaces only the EFA group."""
+    efa = _efa_group_id(kit)
+    for nic in _lt(kit)["NetworkInterfaces"]:
+        if nic["InterfaceType"] == "interface":
+            assert len(nic["Groups"]) == 2
+            assert efa in nic["Groups"]
+            assert any("Fn::GetStackOutput" in g or "Fn::ImportValue" in g for g in nic["Groups"] if g != efa)
+        else:
+            assert nic["Groups"] == [efa]
+
+
+def test_no_template_level_security_groups_or_subnet(kit):
+    """With interfaces in a launch template, EC2 rejects template-level security groups; EKS rejects a SubnetId."""
+    data = _lt(kit)
+    assert "SecurityGroupIds" not in data
+    assert "SubnetId" not in str(data["NetworkInterfaces"])
+
+
+def test_imdsv2_required_with_hop_limit_1(kit):
+    """Pods are one hop away: hop limit 1 keeps them off the node's instance role (they use Pod Identity)."""
+    assert _lt(kit)["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}
+
+
+def test_capacity_block_market_type_and_reservation_target(kit):
+    data = _lt(kit)
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {"CapacityReservationTarget": {"CapacityReservationId": kit.plan.reservation_id}}
+
+
+def test_instance_type_lives_in_the_launch_template(kit):
+    """Capacity Blocks want it there, and aws-cdk-lib 2.275 rejects P5-family types on NVIDIA node groups."""
+    assert _lt(kit)["InstanceType"] == "p5en.48xlarge"
+    for group in _node_groups(kit):
+        assert "InstanceTypes" not in group
+
+
+def test_root_volume_encrypted_and_no_ssh_key(kit):
+    data = _lt(kit)
+    assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+    assert "KeyName" not in data
+
+
+def test_user_data_asks_nodeadm_for_raid0_nvme(kit):
+    user_data = _lt(kit)["UserData"]["Fn::Base64"]
+    assert "Content-Type: application/node.eks.aws" in user_data
+    assert "kind: NodeConfig" in user_data
+    assert "strategy: RAID0" in user_data
+
+
+def test_cluster_placement_group_by_default(kit):
+    assert _one(kit, "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
+    assert "GroupName" in _lt(kit)["Placement"]
+
+
+def test_placement_group_can_be_switched_off(raw_with):
+    """If the block cannot launch into a placement group (insufficient capacity), `placement_group: none` removes it."""
+    kit = synth(raw_with("capacity.placement_group", "none"))
+    assert not kit.template("capacity").find_resources("AWS::EC2::PlacementGroup")
+    assert "Placement" not in _lt(kit)
+    assert set(kit.stacks) == {"network", "cluster", "capacity"}, "switches change properties, not which stacks exist"
+
+
+def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(kit):
+    t = kit.template("capacity")
+    efa = _efa_group_id(kit)
+    t.has_resource_properties("AWS::EC2::SecurityGroupIngress", {"IpProtocol": "-1", "SourceSecurityGroupId": efa, "GroupId": efa})
+    t.has_resource_properties("AWS::EC2::SecurityGroupEgress", {"IpProtocol": "-1", "DestinationSecurityGroupId": efa, "GroupId": efa})
+    group = next(
+        iter(t.find_resources("AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^EFA")}}).values())
+    )
+    assert "SecurityGroupIngress" not in group["Properties"]
+
+
+def test_one_node_group_per_role_on_the_capacity_block(kit):
+    groups = {g["NodegroupName"]: g for g in _node_groups(kit)}
+    assert set(groups) == {"glm51-2p2d-prefill", "glm51-2p2d-decode"}
+    for group in groups.values():
+        assert group["CapacityType"] == "CAPACITY_BLOCK"
+        assert group["AmiType"] == "AL2023_x86_64_NVIDIA"
+
+
+def test_desired_size_is_zero_in_the_template_always(kit):
+    """Scaling is a run-time act: a redeploy must never shrink a running block (EKS also wants 0 outside the block)."""
+    for group in _node_groups(kit):
+        assert group["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}
+
+
+def test_gpu_subnets_only_in_the_block_az(kit):
+    network = kit.template_json("network")["Resources"]
+    for group in _node_groups(kit):
+        (subnet,) = group["Subnets"]
+        output = subnet["Fn::GetStackOutput"]["OutputName"] if "Fn::GetStackOutput" in subnet else subnet["Fn::ImportValue"]
+        logical = next(k for k in network if k in str(output))
+        assert network[logical]["Properties"]["AvailabilityZone"] == kit.plan.block_az
+
+
+def test_role_labels_and_taints(kit):
+    for group in _node_groups(kit):
+        role = group["NodegroupName"].rsplit("-", 1)[1]
+        assert group["Labels"] == {"pdkit/role": role, "nvidia.com/gpu.present": "true"}
+        assert group["Taints"] == [{"Key": "pdkit/role", "Value": role, "Effect": "NO_SCHEDULE"}]
+
+
+def test_node_auto_repair_on(kit):
+    for group in _node_groups(kit):
+        assert group["NodeRepairConfig"] == {"Enabled": True}
+
+
+def test_guard_runs_before_the_node_groups(kit):
+    """A node group on a stale reservation retries forever; the guard must fail the deploy first."""
+    resources = kit.template_json("capacity")["Resources"]
+    (guard,) = [k for k, r in resources.items() if r["Type"] == "Custom::CapacityBlockGuard"]
+    assert resources[guard]["Properties"]["ReservationId"] == kit.plan.reservation_id
+    assert resources[guard]["Properties"]["InstanceCount"] == "4"
+    for logical, r in resources.items():
+        if r["Type"] == "AWS::EKS::Nodegroup":
+            assert guard in r["DependsOn"], logical
+
+
+def test_lifecycle_rule_matches_both_event_spellings_for_this_reservation(kit):
+    kit.template("capacity").has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.ec2"],
+                "detail-type": Match.array_with(
+                    ["Capacity Block Delivered", "Capacity Block Reservation Delivered", "Capacity Block Expiration Warning"]
+                ),
+                "detail": {"capacity-reservation-id": [kit.plan.reservation_id]},
+            }
+        },
+    )
+
+
+def test_lifecycle_knows_node_groups_sizes_and_lead_from_the_plan(kit):
+    functions = kit.template("capacity").find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "pdkit.functions.block_lifecycle.handler"}}
+    )
+    (fn,) = functions.values()
+    env = fn["Properties"]["Environment"]["Variables"]
+    assert env["NODE_GROUPS"] == '{"glm51-2p2d-decode": 2, "glm51-2p2d-prefill": 2}'
+    assert env["DRAIN_LEAD_MINUTES"] == "60"
+    assert env["RESERVATION_ID"] == kit.plan.reservation_id
+
+
+def test_notifications_topic_is_encrypted(kit):
+    kit.template("capacity").has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
+
+
+def test_functions_are_packaged_without_docker_with_only_what_they_import(kit):
+    """The asset holds the handler and pdkit/reservation.py, nothing that needs pydantic or CDK."""
+    from pathlib import Path
+
+    out = Path(kit.assembly.directory)
+    assets = [p for p in out.glob("asset.*") if (p / "pdkit" / "functions").is_dir()]
+    assert assets, "local bundling produced the function assets"
+    for asset in assets:
+        files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
+        assert "pdkit/reservation.py" in files
+        assert not any(f.startswith("pdkit/profile") or f.startswith("pdkit/plan") for f in files)
+
+
+@pytest.mark.parametrize("devices", [8, 1])
+def test_fewer_efa_devices_by_profile(raw_with, devices):
+    kit = synth(raw_with("capacity.efa_devices", devices))
+    nics = _lt(kit)["NetworkInterfaces"]
+    assert len([n for n in nics if n["InterfaceType"] == "efa-only"]) == devices

@@ -1,0 +1,157 @@
+"""EKS cluster stack: secure defaults, pinned add-ons and charts, system nodes, access path."""
+
+from __future__ import annotations
+
+from aws_cdk.assertions import Match
+
+from pdkit.catalog import addons
+from tests.conftest import synth
+
+
+def _cluster(kit):
+    (props,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Cluster").values()]
+    return props
+
+
+def test_kubernetes_version_from_the_profile(kit):
+    assert _cluster(kit)["Version"] == kit.plan.kubernetes_version == "1.36"
+
+
+def test_private_endpoint_by_default(kit):
+    vpc_config = _cluster(kit)["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPrivateAccess"] is True
+    assert vpc_config["EndpointPublicAccess"] is False
+
+
+def test_public_endpoint_only_with_an_allow_list(raw_with):
+    kit = synth(raw_with("cluster.endpoint_access", "public_and_private", "cluster.public_access_cidrs", ["203.0.113.0/24"]))
+    vpc_config = _cluster(kit)["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPublicAccess"] is True
+    assert vpc_config["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_creator_admin_is_explicitly_false(kit):
+    """CloudFormation defaults it to true when absent: it must be present and false."""
+    assert _cluster(kit)["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
+    assert _cluster(kit)["AccessConfig"]["AuthenticationMode"] == "API"
+
+
+def test_secrets_envelope_encryption_with_a_rotating_key(kit):
+    assert _cluster(kit)["EncryptionConfig"][0]["Resources"] == ["secrets"]
+    kit.template("cluster").has_resource_properties(
+        "AWS::KMS::Key", {"EnableKeyRotation": True, "Description": Match.string_like_regexp("secrets")}
+    )
+
+
+def test_all_five_control_plane_logs_with_retention(kit):
+    types = _cluster(kit)["Logging"]["ClusterLogging"]["EnabledTypes"]
+    assert sorted(t["Type"] for t in types) == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    kit.template("cluster").has_resource_properties(
+        "AWS::Logs::LogGroup", {"LogGroupName": "/aws/eks/glm51-2p2d/cluster", "RetentionInDays": 90, "KmsKeyId": Match.any_value()}
+    )
+
+
+def test_admin_principals_get_access_entries(raw_with):
+    arn = "arn:aws:iam::123456789012:role/platform-admin"
+    kit = synth(raw_with("cluster.admin_principal_arns", [arn]))
+    entries = kit.template("cluster").find_resources("AWS::EKS::AccessEntry", {"Properties": {"PrincipalArn": arn}})
+    (entry,) = entries.values()
+    assert "AmazonEKSClusterAdminPolicy" in str(entry["Properties"]["AccessPolicies"])
+
+
+def test_managed_addons_are_pinned(kit):
+    """vpc-cni >= 1.18.5 is what EFA-only interfaces need; every add-on version comes from pdkit/data/addons.yaml."""
+    found = {r["Properties"]["AddonName"]: r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Addon").values()}
+    assert {name: props["AddonVersion"] for name, props in found.items()} == addons().managed
+    major, minor, patch = (int(x) for x in addons().managed["vpc-cni"].lstrip("v").split("-")[0].split("."))
+    assert (major, minor, patch) >= (1, 18, 5)
+    assert all(props["ResolveConflicts"] == "OVERWRITE" for props in found.values())
+
+
+def test_node_monitoring_agent_checks_tainted_gpu_nodes(kit):
+    """Its DCGM pod tolerates no taints by default, so GPU health (and GPU auto repair) would skip our nodes."""
+    kit.template("cluster").has_resource_properties(
+        "AWS::EKS::Addon", {"AddonName": "eks-node-monitoring-agent", "ConfigurationValues": Match.string_like_regexp('"dcgmAgent"')}
+    )
+
+
+def _charts(kit):
+    return {
+        r["Properties"]["Chart"]: r["Properties"] for r in kit.template("cluster").find_resources("Custom::AWSCDK-EKS-HelmChart").values()
+    }
+
+
+def test_helm_charts_are_pinned(kit):
+    charts = _charts(kit)
+    for pin in addons().charts.values():
+        assert charts[pin.chart]["Version"] == pin.version
+        assert charts[pin.chart]["Repository"] == pin.repository
+
+
+def test_efa_device_plugin_is_new_enough_for_p5en(kit):
+    """Below v0.5.10 its allowlist lacks p5en and NCCL silently falls back to TCP (aws-samples/aws-do-eks#56)."""
+    version = tuple(int(x) for x in addons().charts["aws-efa-k8s-device-plugin"].version.lstrip("v").split("."))
+    assert version >= (0, 5, 10)
+
+
+def test_device_plugins_tolerate_the_gpu_role_taints(kit):
+    charts = _charts(kit)
+    for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
+        assert '"key":"pdkit/role","operator":"Exists","effect":"NoSchedule"' in str(charts[name]["Values"]).replace(" ", "")
+
+
+def test_efa_plugin_image_comes_from_the_regional_eks_registry(kit):
+    """eu-south-2 is an opt-in region with its own EKS registry account (EKS add-ons-images page)."""
+    assert "455263428931.dkr.ecr.eu-south-2.amazonaws.com/eks/aws-efa-k8s-device-plugin" in str(
+        _charts(kit)["aws-efa-k8s-device-plugin"]["Values"]
+    )
+
+
+def test_lws_controller_runs_on_system_nodes(kit):
+    assert '"nodeSelector":{"pdkit/role":"system"}' in str(_charts(kit)["lws"]["Values"]).replace(" ", "")
+
+
+def test_load_balancer_controller_is_installed(kit):
+    assert "aws-load-balancer-controller" in _charts(kit)
+
+
+def test_system_node_group_is_on_demand_across_azs(kit):
+    (group,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Nodegroup").values()]
+    assert group["CapacityType"] == "ON_DEMAND"
+    assert group["InstanceTypes"] == ["m7i.2xlarge"]
+    assert len(group["Subnets"]) == len(kit.plan.availability_zones)
+    assert group["Labels"] == {"pdkit/role": "system"}
+    assert group["ScalingConfig"] == {"MinSize": 2, "DesiredSize": 2, "MaxSize": 4}
+
+
+def test_system_nodes_use_imdsv2_hop_limit_1(kit):
+    kit.template("cluster").has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {"MetadataOptions": {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}}
+            )
+        },
+    )
+
+
+def test_access_host_opens_no_inbound_port(kit):
+    """kubectl reaches the private endpoint through Session Manager port forwarding, never through an open port."""
+    t = kit.template("cluster")
+    (host,) = [r["Properties"] for r in t.find_resources("AWS::EC2::Instance").values()]
+    assert host["MetadataOptions"]["HttpTokens"] == "required"
+    assert host["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+    groups = t.find_resources("AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^SSM access host")}})
+    (group,) = groups.values()
+    assert "SecurityGroupIngress" not in group["Properties"]
+
+
+def test_cluster_api_accepts_the_access_host(kit):
+    kit.template("cluster").has_resource_properties(
+        "AWS::EC2::SecurityGroupIngress", {"FromPort": 443, "ToPort": 443, "Description": "kubectl through the SSM access host"}
+    )
+
+
+def test_outputs_for_operators(kit):
+    outputs = kit.template_json("cluster")["Outputs"]
+    assert {"ClusterName", "AccessHostId", "ClusterEndpoint"} <= set(outputs)

@@ -1,0 +1,246 @@
+"""The deploy-time guard and the block lifecycle Lambdas, against botocore's real service models (Stubber)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from pdkit import reservation
+from pdkit.functions import block_lifecycle, cfn_response, reservation_guard
+
+RID = "cr-0123456789abcdef0"
+WANT = {"ReservationId": RID, "InstanceType": "p5en.48xlarge", "InstanceCount": "4", "AvailabilityZone": "eu-south-2a"}
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _client(name):
+    return boto3.client(name, region_name="eu-south-2", aws_access_key_id="test", aws_secret_access_key="test")  # noqa: S106
+
+
+def _reservation(**overrides):
+    base = {
+        "CapacityReservationId": RID,
+        "InstanceType": "p5en.48xlarge",
+        "AvailabilityZone": "eu-south-2a",
+        "TotalInstanceCount": 4,
+        "State": "scheduled",
+        "ReservationType": "capacity-block",
+        "EndDate": NOW + timedelta(hours=48),
+    }
+    return base | overrides
+
+
+class Responses(list):
+    def __call__(self, event, **kwargs):
+        self.append(kwargs)
+
+
+def _guard(props, ec2=None, request="Create"):
+    responses = Responses()
+    event = {
+        "RequestType": request,
+        "ResourceProperties": props,
+        "StackId": "s",
+        "RequestId": "r",
+        "LogicalResourceId": "Guard",
+        "ResponseURL": "https://example.invalid/x",
+    }
+    reservation_guard.handler(event, None, ec2=ec2, respond=responses)
+    (answer,) = responses
+    return answer
+
+
+def _guard_with(found=None, error=None):
+    ec2 = _client("ec2")
+    with Stubber(ec2) as stub:
+        if error:
+            stub.add_client_error(
+                "describe_capacity_reservations", service_error_code=error, expected_params={"CapacityReservationIds": [RID]}
+            )
+        else:
+            stub.add_response("describe_capacity_reservations", {"CapacityReservations": found or []}, {"CapacityReservationIds": [RID]})
+        answer = _guard(WANT, ec2)
+        stub.assert_no_pending_responses()
+    return answer
+
+
+def test_guard_accepts_a_matching_scheduled_block():
+    answer = _guard_with([_reservation()])
+    assert answer["success"] is True
+    assert answer["physical_id"] == RID
+
+
+def test_guard_refuses_the_placeholder_without_calling_aws():
+    answer = _guard(WANT | {"ReservationId": reservation.PLACEHOLDER}, ec2=object())
+    assert answer["success"] is False
+    assert "placeholder" in answer["reason"]
+    assert "pdkit capacity offerings" in answer["reason"]
+
+
+def test_guard_refuses_an_unknown_reservation():
+    answer = _guard_with(error="InvalidCapacityReservationId.NotFound")
+    assert answer["success"] is False
+    assert "does not exist" in answer["reason"]
+
+
+@pytest.mark.parametrize("state", ["expired", "cancelled", "failed", "payment-failed"])
+def test_guard_refuses_dead_reservations(state):
+    answer = _guard_with([_reservation(State=state)])
+    assert answer["success"] is False
+    assert f"is {state}" in answer["reason"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("InstanceType", "p5.48xlarge", "instance type"),
+        ("TotalInstanceCount", 2, "instance count"),
+        ("AvailabilityZone", "eu-south-2b", "Availability Zone"),
+    ],
+)
+def test_guard_refuses_a_block_that_differs_from_the_profile(field, value, words):
+    answer = _guard_with([_reservation(**{field: value})])
+    assert answer["success"] is False
+    assert words in answer["reason"]
+
+
+def test_guard_answers_cloudformation_even_when_aws_fails():
+    """An exception without an answer would leave the stack waiting for an hour."""
+    answer = _guard_with(error="UnauthorizedOperation")
+    assert answer["success"] is False
+    assert "could not check" in answer["reason"]
+
+
+def test_guard_delete_always_succeeds_without_aws():
+    answer = _guard(WANT, ec2=object(), request="Delete")
+    assert answer["success"] is True
+
+
+def test_cfn_response_puts_the_protocol_body():
+    sent = []
+    event = {"StackId": "s", "RequestId": "r", "LogicalResourceId": "Guard", "ResponseURL": "https://bucket.example/signed"}
+    cfn_response.send(event, success=False, reason="x" * 5000, physical_id=RID, opener=lambda req, timeout: sent.append(req))
+    (request,) = sent
+    body = json.loads(request.data)
+    assert request.get_method() == "PUT"
+    assert body["Status"] == "FAILED"
+    assert body["PhysicalResourceId"] == RID
+    assert len(body["Reason"]) == cfn_response.MAX_REASON
+
+
+def test_cfn_response_refuses_non_https():
+    with pytest.raises(ValueError, match="https"):
+        cfn_response.send(
+            {"ResponseURL": "file:///etc/passwd", "StackId": "s", "RequestId": "r", "LogicalResourceId": "l"},
+            success=True,
+            reason="",
+            physical_id="p",
+        )
+
+
+GROUPS = {"g-decode": 2, "g-prefill": 2}
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for key, value in {
+        "NODE_GROUPS": json.dumps(GROUPS),
+        "CLUSTER_NAME": "c",
+        "RESERVATION_ID": RID,
+        "DRAIN_LEAD_MINUTES": "60",
+        "TOPIC_ARN": "arn:aws:sns:eu-south-2:123456789012:t",
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+class Clients:
+    def __init__(self):
+        self.ec2, self.eks, self.sns = _client("ec2"), _client("eks"), _client("sns")
+        self.stubs = {name: Stubber(getattr(self, name)) for name in ("ec2", "eks", "sns")}
+
+    def as_dict(self):
+        return {"ec2": self.ec2, "eks": self.eks, "sns": self.sns}
+
+    def nodegroups(self, current, target):
+        for name in GROUPS:
+            self.stubs["eks"].add_response(
+                "describe_nodegroup",
+                {"nodegroup": {"nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": current}}},
+                {"clusterName": "c", "nodegroupName": name},
+            )
+            if current != target:
+                self.stubs["eks"].add_response(
+                    "update_nodegroup_config",
+                    {"update": {"id": "u"}},
+                    {"clusterName": "c", "nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": target}},
+                )
+
+    def reservation(self, **overrides):
+        self.stubs["ec2"].add_response(
+            "describe_capacity_reservations", {"CapacityReservations": [_reservation(**overrides)]}, {"CapacityReservationIds": [RID]}
+        )
+
+    def notified(self):
+        self.stubs["sns"].add_response("publish", {"MessageId": "m"}, {"TopicArn": ANY, "Subject": ANY, "Message": ANY})
+
+    def run(self, event, now=NOW):
+        for stub in self.stubs.values():
+            stub.activate()
+        result = block_lifecycle.handler(event, None, clients=self.as_dict(), now=now)
+        for stub in self.stubs.values():
+            stub.assert_no_pending_responses()
+        return result
+
+
+@pytest.mark.parametrize("spelling", reservation.DELIVERED)
+def test_delivered_scales_every_role_to_its_plan_size(env, spelling):
+    c = Clients()
+    c.nodegroups(current=0, target=2)
+    c.notified()
+    assert c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}}) == {"action": "scale-up"}
+
+
+@pytest.mark.parametrize("spelling", reservation.EXPIRING)
+def test_expiration_warning_scales_to_zero(env, spelling):
+    c = Clients()
+    c.nodegroups(current=2, target=0)
+    c.notified()
+    assert c.run({"detail-type": spelling}) == {"action": "scale-down"}
+
+
+def test_clock_drains_at_t_minus_60(env):
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(minutes=59))
+    c.nodegroups(current=2, target=0)
+    c.notified()
+    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain"}
+
+
+def test_clock_waits_while_the_block_has_time(env):
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(minutes=61))
+    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
+
+
+def test_an_extension_moves_the_drain(env):
+    """The end date is read on every tick, so an extended block is not drained at its old end."""
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(hours=24, minutes=30))
+    assert c.run({"detail-type": "Scheduled Event"}, now=NOW + timedelta(minutes=30)) == {"action": "none"}
+
+
+def test_clock_ignores_blocks_that_are_not_active(env):
+    c = Clients()
+    c.reservation(State="scheduled", EndDate=NOW + timedelta(minutes=10))
+    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
+
+
+def test_clock_does_not_renotify_once_drained(env):
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(minutes=30))
+    c.nodegroups(current=0, target=0)
+    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
