@@ -42,6 +42,12 @@ def as_text(plan: Plan) -> str:
         )
     else:
         lines.append("    GPU cost  set capacity.hourly_price_usd to see it (the block's upfront fee / hours / instances)")
+    if not plan.profile.cluster.admin_principal_arns:
+        lines += [
+            "",
+            "  Warning: cluster.admin_principal_arns is empty. The cluster grants no one admin (creator admin is off on purpose),",
+            "  so kubectl and `pdkit status` will be refused. Add your role ARN, e.g. arn:aws:iam::<account>:role/<your-role>.",
+        ]
     lines += ["", "Next: make synth   (then `pdkit capacity offerings` when you are ready to buy a block)"]
     return "\n".join(lines)
 
