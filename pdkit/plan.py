@@ -16,11 +16,12 @@ from pydantic import BaseModel
 from pdkit import catalog
 from pdkit.catalog import InstanceType, Model
 from pdkit.errors import ProfileError
+from pdkit.images import ImagePlan, plan_images
 from pdkit.profile import PLACEHOLDER_RESERVATION, Profile, Role
 
 ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
-STACKS = ("network", "cluster", "capacity")
+STACKS = ("network", "cluster", "capacity", "images")
 ROLE_LABEL = "pdkit/role"
 # Kubernetes versions this kit's pinned CDK, kubectl layer and add-ons are tested with.
 KUBERNETES_VERSIONS = ("1.35", "1.36")
@@ -128,6 +129,7 @@ class Plan:
     system_node_labels: dict[str, str]
     system_node_arch: str
     drain_lead_minutes: int
+    images: dict[str, ImagePlan]
     stack_names: dict[str, str]
     interface_endpoints: tuple[str, ...]
     gateway_endpoints: tuple[str, ...]
@@ -193,6 +195,7 @@ def _build(p: Profile, path: str) -> Plan:
         system_node_labels={ROLE_LABEL: "system"},
         system_node_arch=_arch(p.cluster.system_nodes.instance_type),
         drain_lead_minutes=p.observability.block_end_warning_minutes,
+        images=plan_images(p.name, p.images.versions_file, source=p.images.source, registry=p.images.registry),
         stack_names={part: f"{p.name}-{part}" for part in STACKS},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,

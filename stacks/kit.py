@@ -7,6 +7,7 @@ import aws_cdk as cdk
 from pdkit.plan import Plan
 from stacks.capacity_stack import CapacityStack
 from stacks.cluster_stack import ClusterStack
+from stacks.images_stack import ImagesStack
 from stacks.network_stack import NetworkStack
 from stacks.policy import attach
 
@@ -32,7 +33,15 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         env=env,
         description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_id}, guard, lifecycle automation",
     )
-    stacks: dict[str, cdk.Stack] = {"network": network, "cluster": cluster, "capacity": capacity}
+    images = ImagesStack(
+        app,
+        plan.stack_names["images"],
+        plan=plan,
+        network=network,
+        env=env,
+        description=f"{plan.name}: ECR repositories and the in-region image build",
+    )
+    stacks: dict[str, cdk.Stack] = {"network": network, "cluster": cluster, "capacity": capacity, "images": images}
     if with_policy:
         attach(app)
     return stacks

@@ -1,0 +1,68 @@
+"""Container images in the plan: ECR repository names and tags derived from containers/versions.yaml.
+
+containers/versions.py owns that file's format and the tag rule (a hash of build args, Dockerfile and
+the kit scripts, so an immutable registry never sees the same tag twice); the plan asks it rather than
+repeating the rule.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+from pdkit.errors import ProfileError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    name: str
+    repository: str  # ECR repository name (build) or full registry path (external)
+    tag: str
+    build: bool
+
+    def uri(self, registry: str) -> str:
+        """With `registry` = <account>.dkr.ecr.<region>.amazonaws.com (a CDK token at deploy time)."""
+        return f"{self.repository}:{self.tag}" if not self.build else f"{registry}/{self.repository}:{self.tag}"
+
+
+@cache
+def _versions_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pdkit_container_versions", ROOT / "containers" / "versions.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    return module
+
+
+def plan_images(deployment: str, versions_file: str, *, source: str, registry: str | None) -> dict[str, ImagePlan]:
+    path = (ROOT / versions_file).resolve()
+    if not path.is_file():
+        raise ProfileError("images.versions_file", versions_file, "no such file in the repository", "use containers/versions.yaml")
+    versions = _versions_module()
+    try:
+        doc = versions.load(path)
+    except versions.VersionsError as exc:
+        raise ProfileError(
+            "images.versions_file", versions_file, f"invalid: {exc}", "fix the file (tests/containers explains each rule)"
+        ) from None
+    if source == "external" and not registry:
+        raise ProfileError(
+            "images.registry",
+            None,
+            "images.source is external but no registry is set",
+            "set images.registry to <registry>/<prefix>, or use source: build",
+        )
+    out = {}
+    for image in doc["images"]:
+        tag = versions.image_tag(doc, image)
+        repository = f"{registry}/{image}" if source == "external" else f"{deployment}/{image}"
+        out[image] = ImagePlan(name=image, repository=repository, tag=tag, build=source == "build")
+    return out

@@ -1,0 +1,172 @@
+"""Images: ECR repositories (immutable tags, scan on push, lifecycle, KMS) and an in-region CodeBuild
+of containers/ for linux/amd64, started on deploy when the containers/ source changes.
+
+A 20+ GB CUDA image should not travel from a laptop; CodeBuild pulls bases and pushes to ECR inside
+the region. Repository names and tags come from the plan (containers/versions.yaml).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from pdkit.images import ROOT
+from pdkit.plan import Plan
+from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
+from stacks.kit_function import KitFunction
+from stacks.network_stack import NetworkStack
+from stacks.policy import acknowledge
+
+KEEP_IMAGES = 10
+YAML_PIN = "pyyaml==6.0.3"  # containers/build_args.py needs PyYAML on the build host
+
+
+class ImagesStack(cdk.Stack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, **kwargs: Any) -> None:
+        self._zones = list(plan.availability_zones)
+        super().__init__(scope, id_, **kwargs)
+        key = kms.Key(self, "ImagesKey", description=f"{plan.name}: ECR images and build artifacts", enable_key_rotation=True)
+        self.repositories: dict[str, ecr.Repository] = {}
+        for image in plan.images.values():
+            if not image.build:
+                continue
+            self.repositories[image.name] = ecr.Repository(
+                self,
+                f"{image.name.title().replace('-', '')}Repository",
+                repository_name=image.repository,
+                image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+                image_scan_on_push=True,
+                encryption=ecr.RepositoryEncryption.KMS,
+                encryption_key=key,
+                removal_policy=cdk.RemovalPolicy.RETAIN,
+                lifecycle_rules=[
+                    ecr.LifecycleRule(
+                        description="drop untagged layers after a week",
+                        tag_status=ecr.TagStatus.UNTAGGED,
+                        max_image_age=cdk.Duration.days(7),
+                    ),
+                    ecr.LifecycleRule(
+                        description=f"keep the newest {KEEP_IMAGES} tags", tag_status=ecr.TagStatus.ANY, max_image_count=KEEP_IMAGES
+                    ),
+                ],
+            )
+        if not self.repositories:
+            cdk.CfnOutput(self, "Images", value="external registry; nothing to build")
+            return
+
+        source = s3_assets.Asset(
+            self, "Source", path=str(ROOT), exclude=["*", "!containers", "!containers/**", "containers/**/__pycache__"]
+        )
+        logs_kms = logs_key(self, "BuildLogsKey", description=f"{plan.name}: image build logs")
+        build_logs = EncryptedLogGroup(self, "BuildLogs", key=logs_kms, retention_days=plan.profile.cluster.log_retention_days)
+        registry = f"{self.account}.dkr.ecr.{self.region}.amazonaws.com"
+        self.project = codebuild.Project(
+            self,
+            "Build",
+            description=f"{plan.name}: build and push {', '.join(self.repositories)} (linux/amd64)",
+            source=codebuild.Source.s3(bucket=source.bucket, path=source.s3_object_key),
+            environment=codebuild.BuildEnvironment(
+                build_image=codebuild.LinuxBuildImage.STANDARD_7_0,
+                compute_type=codebuild.ComputeType.X2_LARGE,
+                # Docker-in-Docker needs a privileged build container; nothing else runs in this project.
+                privileged=True,
+            ),
+            encryption_key=key,
+            timeout=cdk.Duration.hours(4),
+            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=build_logs.log_group)),
+            environment_variables={"REGISTRY": codebuild.BuildEnvironmentVariable(value=registry)},
+            build_spec=codebuild.BuildSpec.from_object(_build_spec(plan, registry)),
+        )
+        for repository in self.repositories.values():
+            repository.grant_pull_push(self.project)
+        source.grant_read(self.project)
+
+        starter = KitFunction(
+            self,
+            "StartBuild",
+            handler="pdkit.functions.start_build.handler",
+            modules=("functions/cfn_response.py", "functions/start_build.py"),
+            description=f"{plan.name}: start the image build when containers/ changes",
+            vpc=network.vpc,
+            key=logs_kms,
+            log_retention_days=plan.profile.cluster.log_retention_days,
+        )
+        starter.allow("StartBuildPermission", iam.PolicyStatement(actions=["codebuild:StartBuild"], resources=[self.project.project_arn]))
+        cdk.CustomResource(
+            self,
+            "BuildOnDeploy",
+            service_token=starter.function.function_arn,
+            resource_type="Custom::ImageBuild",
+            # A new source hash (any change under containers/) starts a new build.
+            properties={"ProjectName": self.project.project_name, "SourceHash": source.asset_hash},
+        )
+        cdk.CfnOutput(self, "BuildProject", value=self.project.project_name)
+        for image in plan.images.values():
+            cdk.CfnOutput(self, f"{image.name.title().replace('-', '')}Image", value=image.uri(registry))
+        self._acknowledge(plan)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        return self._zones
+
+    def _acknowledge(self, plan: Plan) -> None:
+        acknowledge(
+            self.project,
+            {
+                "AwsSolutions-CB3": "The project builds container images with Docker (buildx), which needs a privileged build container; its only input is the containers/ source asset.",
+            },
+        )
+        role = self.project.role
+        assert role is not None
+        where = f"{plan.region}:{plan.account or '<AWS::AccountId>'}"
+        build = self.project.node.default_child
+        assert isinstance(build, cdk.CfnResource)
+        build_id = self.resolve(build.logical_id)
+        grants = "CDK-generated grants of the CodeBuild role, each scoped to this project's own source asset, KMS key, report groups or log group"
+        acknowledge(
+            role,
+            {
+                "NIST.800.53.R5-IAMNoInlinePolicy": grants + "; they live and die with the project role.",
+                "AwsSolutions-IAM5[Resource::*]": "ecr:GetAuthorizationToken supports no resource-level permissions; every push and pull grant is scoped to the kit's repositories.",
+                "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]": grants + " (the images key only).",
+                "AwsSolutions-IAM5[Action::kms:ReEncrypt*]": grants + " (the images key only).",
+                "AwsSolutions-IAM5[Action::s3:GetBucket*]": grants + " (the CDK assets bucket, read only).",
+                "AwsSolutions-IAM5[Action::s3:GetObject*]": grants + " (the CDK assets bucket, read only).",
+                "AwsSolutions-IAM5[Action::s3:List*]": grants + " (the CDK assets bucket, read only).",
+                f"AwsSolutions-IAM5[Resource::arn:aws:codebuild:{where}:report-group/<{build_id}>-*]": grants
+                + "; report groups are named after the project at run time.",
+                f"AwsSolutions-IAM5[Resource::arn:aws:logs:{where}:log-group:/aws/codebuild/<{build_id}>:*]": grants
+                + "; CodeBuild's default log group name, unused because the project logs to its own encrypted group.",
+                f"AwsSolutions-IAM5[Resource::arn:aws:s3:::cdk-hnb659fds-assets-{plan.account or '<AWS::AccountId>'}-{plan.region}/*]": grants
+                + "; asset object keys are content hashes known only at publish time.",
+            },
+        )
+
+
+def _build_spec(plan: Plan, registry: str) -> dict[str, Any]:
+    steps = []
+    for image in plan.images.values():
+        if not image.build:
+            continue
+        ref = f"$REGISTRY/{image.repository}:{image.tag}"
+        steps.append(
+            f"if aws ecr describe-images --repository-name {image.repository} --image-ids imageTag={image.tag} >/dev/null 2>&1; "
+            f'then echo "{ref} exists, skipping"; '
+            f"else docker buildx build --platform linux/amd64 --progress plain --push -t {ref} "
+            f"$(python3 containers/build_args.py {image.name}) -f containers/{image.name}/Dockerfile containers; fi"
+        )
+    return {
+        "version": "0.2",
+        "phases": {
+            "install": {"commands": [f"pip3 install --quiet {YAML_PIN}", "docker buildx create --use"]},
+            "pre_build": {"commands": ["aws ecr get-login-password | docker login --username AWS --password-stdin $REGISTRY"]},
+            "build": {"commands": steps},
+        },
+    }

@@ -1,0 +1,109 @@
+"""Images stack: ECR repositories and the in-region build, named and tagged by the plan."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+from aws_cdk.assertions import Match
+from botocore.stub import Stubber
+
+from pdkit.functions import start_build
+from pdkit.images import _versions_module
+from tests.conftest import synth
+
+
+def test_plan_tags_come_from_the_versions_file(kit):
+    versions = _versions_module()
+    doc = versions.load(versions.VERSIONS_FILE)
+    for name, image in kit.plan.images.items():
+        assert image.tag == versions.image_tag(doc, name)
+        assert image.repository == f"glm51-2p2d/{name}"
+
+
+def test_repositories_are_immutable_scanned_encrypted_and_retained(kit):
+    repos = kit.template("images").find_resources("AWS::ECR::Repository")
+    assert len(repos) == len(kit.plan.images)
+    for repo in repos.values():
+        props = repo["Properties"]
+        assert props["ImageTagMutability"] == "IMMUTABLE"
+        assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
+        assert props["EncryptionConfiguration"]["EncryptionType"] == "KMS"
+        assert "LifecyclePolicy" in props
+        assert repo["DeletionPolicy"] == "Retain"
+
+
+def test_build_runs_in_region_privileged_for_docker_on_amd64(kit):
+    kit.template("images").has_resource_properties(
+        "AWS::CodeBuild::Project",
+        {
+            "Environment": Match.object_like({"PrivilegedMode": True, "ComputeType": "BUILD_GENERAL1_2XLARGE", "Type": "LINUX_CONTAINER"}),
+            "EncryptionKey": Match.any_value(),
+        },
+    )
+
+
+def test_build_spec_pushes_each_planned_tag_and_skips_existing(kit):
+    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
+    spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+    commands = " ".join(spec["phases"]["build"]["commands"])
+    for image in kit.plan.images.values():
+        assert f"$REGISTRY/{image.repository}:{image.tag}" in commands
+        assert f"imageTag={image.tag}" in commands, "an existing immutable tag is skipped, not rebuilt"
+    assert "--platform linux/amd64" in commands
+    assert "containers/build_args.py" in commands, "build args come from versions.yaml, as for local builds"
+
+
+def test_build_starts_on_deploy_when_the_source_changes(kit):
+    kit.template("images").has_resource_properties(
+        "Custom::ImageBuild", {"SourceHash": Match.any_value(), "ProjectName": Match.any_value()}
+    )
+
+
+def test_external_images_build_nothing(raw_with):
+    kit = synth(raw_with("images.source", "external", "images.registry", "registry.example.com/team"))
+    t = kit.template("images")
+    assert not t.find_resources("AWS::ECR::Repository")
+    assert not t.find_resources("AWS::CodeBuild::Project")
+    assert kit.plan.images["sglang-efa"].uri("ignored").startswith("registry.example.com/team/sglang-efa:sglang-efa-")
+
+
+def _event(request="Create"):
+    return {
+        "RequestType": request,
+        "ResourceProperties": {"ProjectName": "p"},
+        "StackId": "s",
+        "RequestId": "r",
+        "LogicalResourceId": "B",
+        "ResponseURL": "https://x.invalid/",
+    }
+
+
+def _codebuild():
+    return boto3.client("codebuild", region_name="eu-south-2", aws_access_key_id="t", aws_secret_access_key="t")  # noqa: S106
+
+
+def test_start_build_reports_the_build_id():
+    answers = []
+    client = _codebuild()
+    with Stubber(client) as stub:
+        stub.add_response("start_build", {"build": {"id": "p:123"}}, {"projectName": "p"})
+        start_build.handler(_event(), None, codebuild=client, respond=lambda e, **kw: answers.append(kw))
+    assert answers == [{"success": True, "reason": answers[0]["reason"], "physical_id": "p:123"}]
+    assert "batch-get-builds --ids p:123" in answers[0]["reason"]
+
+
+def test_start_build_failure_fails_the_deploy_with_the_reason():
+    answers = []
+    client = _codebuild()
+    with Stubber(client) as stub:
+        stub.add_client_error("start_build", service_error_code="AccountLimitExceededException", expected_params={"projectName": "p"})
+        start_build.handler(_event(), None, codebuild=client, respond=lambda e, **kw: answers.append(kw))
+    assert answers[0]["success"] is False
+    assert "AccountLimitExceededException" in answers[0]["reason"]
+
+
+def test_delete_does_not_touch_codebuild():
+    answers = []
+    start_build.handler(_event("Delete"), None, codebuild=object(), respond=lambda e, **kw: answers.append(kw))
+    assert answers[0]["success"] is True
