@@ -33,6 +33,8 @@ def as_text(plan: Plan) -> str:
         + (", the latency-critical path on EFA." if plan.decode.ep_spans_nodes else "; the EP group stays inside one node."),
         f"  Prefill: {plan.prefill.pp_transfers_per_chunk} pipeline send/recv per chunk across nodes, {plan.prefill.cross_node_moe_messages_per_token} cross-node MoE messages.",
         "",
+        "  Images           " + ", ".join(f"{i.repository}:{i.tag}" for i in plan.images.values()),
+        "",
         "  Estimates (assumptions in pdkit/plan.py):",
         f"    weights staging S3 -> NVMe  ~{est.staging_minutes:g} min per node, load ~{est.load_minutes:g} min, start-up probe budget {est.startup_budget_minutes:g} min",
     ]
