@@ -1,0 +1,54 @@
+"""`pdkit render`: the serving layer of a profile as plain Kubernetes YAML, for kubectl and GitOps."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "render",
+        parents=[common],
+        help="write the serving manifests (namespace, LeaderWorkerSets, router, budgets) as plain YAML",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write one YAML file per object into")
+    p.add_argument(
+        "--registry", help="ECR registry of the built images (default: <account>.dkr.ecr.<region>.amazonaws.com from the profile)"
+    )
+    p.add_argument("--image", help="serving image URI (default: the plan's repository and tag in --registry)")
+    p.add_argument("--router-image", help="router image URI (default: the serving image)")
+    p.add_argument("--weights-bucket", help="S3 bucket holding the imported weights (default: the plan's)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pdkit.context import load_plan
+    from pdkit.serving import inputs, manifests
+
+    the_plan = load_plan(args.profile)
+    serving = inputs.from_plan(
+        the_plan, registry=args.registry, image=args.image, router_image=args.router_image, weights_bucket=args.weights_bucket
+    )
+    objs = manifests.render(the_plan, serving)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("[0-9][0-9]-*.yaml"):
+        stale.unlink()
+    for i, obj in enumerate(objs):
+        name = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        (out / name).write_text(manifests.to_yaml([obj]))
+    print(f"Wrote {len(objs)} objects for {the_plan.name} into {out}/ (namespace {serving_namespace(the_plan)}).")
+    if serving.image.startswith(inputs.PLACEHOLDER_ACCOUNT):
+        print(f"  image {serving.image}: the profile names no account; pass --registry <account>.dkr.ecr.{the_plan.region}.amazonaws.com")
+    print(f"Next: kubectl apply --server-side -f {out}/   (needs the LeaderWorkerSet CRD; see runbooks/02-serve.md)")
+    return 0
+
+
+def serving_namespace(the_plan: object) -> str:
+    from pdkit.plan import Plan
+    from pdkit.serving import names
+
+    assert isinstance(the_plan, Plan)
+    return names.namespace(the_plan)

@@ -1,0 +1,41 @@
+"""`pdkit report`: Markdown and PNG plots from saved benchmark results, beside the seed and the latency model (offline)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "report",
+        parents=[common],
+        help="write report.md and plots from `pdkit bench` results, beside the seed's EFA/RoCE figures and the latency model",
+    )
+    p.add_argument("--bench", metavar="DIR", required=True, help="a `pdkit bench --out` directory (or bench_serving JSONL / logs)")
+    p.add_argument("--validate", metavar="FILE", help="a `pdkit validate --out` JSON to include")
+    p.add_argument("--out", metavar="DIR", required=True, help="where to write report.md and the PNG plots")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from pdkit import console
+    from pdkit.bench import model, report, results, seed
+    from pdkit.context import load_plan
+    from pdkit.fabric import validate
+
+    plan = load_plan(args.profile)
+    bench_dir = Path(args.bench)
+    sweep = results.load_dir(bench_dir)
+    meta_file = bench_dir / "run.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else None
+    validation = validate.load(Path(args.validate)) if args.validate else None
+    the_seed = seed.load()
+    written = report.write(
+        sweep, Path(args.out), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed), validation=validation, run_meta=meta
+    )
+    for path in written:
+        console.say(f"wrote {path}")
+    return 0

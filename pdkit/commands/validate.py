@@ -1,0 +1,90 @@
+"""`pdkit validate`: prove the fabric before serving: EFA devices and fi_pingpong per node pair,
+nccl-tests over EFA across every GPU node, UCCL-EP dispatch/combine on the decode group."""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """\
+Runs Kubernetes Jobs on the GPU nodes (namespace <name>-validation) with the validation image, one
+phase after another, and prints PASS/FAIL with the threshold and the next step for each check.
+Serving must be scaled to zero first: the Jobs take every GPU and EFA device. Thresholds come from
+the plan (pdkit/fabric/thresholds.py); runbooks/03-validate.md explains each one.
+
+  pdkit validate --render > validation.yaml      # the manifests, no cluster needed
+  pdkit validate --out results/validate.json     # run it; then pdkit report --validate ...
+"""
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "validate",
+        parents=[common],
+        help="run the fabric checks on the GPU nodes (EFA, fi_pingpong, nccl-tests, UCCL-EP): PASS/FAIL with next steps",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--kube-context", metavar="NAME", help="kubeconfig context (default: the current one; KUBECONFIG is honoured)")
+    p.add_argument(
+        "--only", metavar="PHASES", default="efa,nccl,uccl", help="comma-separated phases to run: efa, nccl, uccl (default: all)"
+    )
+    p.add_argument("--image", metavar="URI", help="validation image (default: the plan's <registry>/<name>/validation:<tag>)")
+    p.add_argument("--registry", metavar="HOST", help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com)")
+    p.add_argument("--out", metavar="FILE", help="where to save the result JSON (default: results/<name>/validate-<time>.json)")
+    p.add_argument("--keep", action="store_true", help="leave the Jobs and pods in place for debugging (they expire after an hour)")
+    p.add_argument("--render", action="store_true", help="print the manifests as YAML and exit; touches no cluster")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from pdkit.context import load_plan
+    from pdkit.errors import KitError
+    from pdkit.fabric import manifests, validate
+    from pdkit.fabric.thresholds import derive
+
+    plan = load_plan(args.profile)
+    phases = tuple(p.strip() for p in args.only.split(",") if p.strip())
+    unknown = [p for p in phases if p not in manifests.PHASES]
+    if unknown or not phases:
+        raise KitError(f"--only {args.only!r}: unknown phase(s) {unknown}. Fix: a comma-separated subset of {','.join(manifests.PHASES)}")
+    image = args.image or validate.default_image(plan, args.registry)
+    if args.render:
+        bundle = manifests.render(plan, derive(plan), image=image, run_id="render")
+        print(manifests.to_yaml(bundle.objects()), end="")
+        return 0
+
+    from pdkit import console
+    from pdkit.fabric.cluster import Waiting, connect_cluster
+
+    cluster = connect_cluster(args.kube_context)
+    outcome = validate.run(
+        plan,
+        cluster,
+        image=image,
+        phases=phases,
+        keep=args.keep,
+        waiting=lambda phase: Waiting(timeout_s=manifests.PHASE_DEADLINE_SECONDS[phase] + 120),
+        say=lambda line: console.say(line, stderr=True),
+    )
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path("results") / plan.name / f"validate-{stamp}.json"
+    outcome.save(out)
+    if args.output == "json":
+        console.print_json(outcome.to_dict())
+        return 0 if outcome.ok else 1
+    console.table(
+        ("status", "check", "target", "measured", "threshold", "next step"),
+        ((c.status, c.name, c.target, c.measured, c.threshold, c.next_step) for c in outcome.checks),
+        title=f"{plan.name}: fabric validation {outcome.run_id}",
+        status_column=0,
+    )
+    console.say(f"Saved {out} (pod logs in {out.with_name(out.stem + '-logs')}).")
+    if outcome.ok:
+        console.say(f"The fabric is ready. Next: scale serving back up, then `pdkit bench`; add `--validate {out}` to `pdkit report`.")
+        return 0
+    console.say("Fix the FAIL rows (next step column, runbooks/03-validate.md), then run pdkit validate again.")
+    return 1

@@ -1,0 +1,159 @@
+"""Scaling the GPU node groups at run time: the only place besides the block lifecycle rule that sets their size.
+
+The CloudFormation template keeps desired size at 0 (a redeploy must never shrink a running
+block), so `pdkit nodes up|down` changes it with UpdateNodegroupConfig. Before the block is active
+EKS accepts a non-zero size, but the Auto Scaling group can only log launch errors until the start
+(https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html), so `up` refuses then
+and says when the block starts. EKS also does not check that launched instances join the cluster:
+`pdkit status` does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pdkit import capacity
+from pdkit.aws_errors import error_code
+from pdkit.capacity import Reservation
+from pdkit.console import span, when
+from pdkit.errors import KitError
+from pdkit.plan import Plan, RolePlan
+from pdkit.topology import CLUSTER_TAG, NODEGROUP_TAG
+
+POLL_SECONDS = 15.0
+LIVE_STATES = ("pending", "running", "stopping", "shutting-down")
+
+
+def sleep(seconds: float) -> None:
+    """Between polls; tests replace it."""
+    time.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    min: int
+    max: int
+    desired: int
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Scaling:
+        return cls(min=int(raw.get("minSize", 0)), max=int(raw.get("maxSize", 0)), desired=int(raw.get("desiredSize", 0)))
+
+    def to_api(self) -> dict[str, int]:
+        return {"minSize": self.min, "maxSize": self.max, "desiredSize": self.desired}
+
+
+def target(role: RolePlan, *, up: bool) -> Scaling:
+    # EKS requires maxSize >= 1, so "down" keeps max at the plan's size and only zeroes desired.
+    return Scaling(min=0, max=max(role.nodes, 1), desired=role.nodes if up else 0)
+
+
+def require_block_for_up(res: Reservation, *, now: datetime, drain_minutes: int) -> None:
+    """Refuse `up` unless the block is active and ends after the kit's drain point."""
+    if res.state == "scheduled":
+        starts = res.starts_in(now)
+        eta = f" (in {span(starts)})" if starts else ""
+        raise KitError(
+            f"the block {res.id} is scheduled and starts {when(res.start)}{eta}; until then the node groups could only fail to launch. "
+            "Fix: run `pdkit nodes up` after the start (the kit's lifecycle rule also scales up when EC2 delivers the block)"
+        )
+    if res.state != "active":
+        meaning, todo = capacity.STATE_MEANING.get(res.state, (res.state, "check it: pdkit capacity status"))
+        raise KitError(f"the block {res.id} is {res.state} ({meaning}), so no instance can launch into it. Fix: {todo}")
+    left = res.time_left(now)
+    if left is not None and left <= timedelta(minutes=drain_minutes):
+        raise KitError(
+            f"the block {res.id} ends {when(res.end)}, {span(left)} from now, inside the kit's {drain_minutes} min drain window; "
+            "nodes would be drained as they start. Fix: `pdkit capacity extend`, or buy a new block"
+        )
+
+
+def describe(eks: Any, plan: Plan, role: RolePlan) -> dict[str, Any]:
+    try:
+        group: dict[str, Any] = eks.describe_nodegroup(clusterName=plan.cluster_name, nodegroupName=role.node_group_name)["nodegroup"]
+    except Exception as err:
+        if error_code(err) != "ResourceNotFoundException":
+            raise
+        raise KitError(
+            f"node group {role.node_group_name} (or cluster {plan.cluster_name}) does not exist in this region. "
+            "Fix: deploy the cluster first (`make deploy`), or check --region / --profile"
+        ) from None
+    return group
+
+
+def request(eks: Any, plan: Plan, role: RolePlan, scaling: Scaling) -> str:
+    try:
+        reply = eks.update_nodegroup_config(
+            clusterName=plan.cluster_name, nodegroupName=role.node_group_name, scalingConfig=scaling.to_api()
+        )
+    except Exception as err:
+        if error_code(err) != "ResourceInUseException":
+            raise
+        raise KitError(
+            f"another update of {role.node_group_name} is still running. Fix: wait for it "
+            f"(`aws eks list-updates --name {plan.cluster_name} --nodegroup-name {role.node_group_name}`), then run this again"
+        ) from None
+    return str(reply["update"]["id"])
+
+
+def wait_update(eks: Any, plan: Plan, role: RolePlan, update_id: str, *, polls: int) -> None:
+    for _ in range(polls):
+        update = eks.describe_update(name=plan.cluster_name, updateId=update_id, nodegroupName=role.node_group_name)["update"]
+        status = update.get("status")
+        if status == "Successful":
+            return
+        if status in ("Failed", "Cancelled"):
+            reasons = "; ".join(e.get("errorMessage", e.get("errorCode", "?")) for e in update.get("errors", [])) or "no reason given"
+            raise KitError(
+                f"EKS update {update_id} of {role.node_group_name} {status.lower()}: {reasons}. "
+                f"Fix: `aws eks describe-nodegroup --cluster-name {plan.cluster_name} --nodegroup-name {role.node_group_name}` shows its health"
+            )
+        sleep(POLL_SECONDS)
+    raise KitError(f"EKS update {update_id} of {role.node_group_name} is still in progress. Fix: check it later with `pdkit status`")
+
+
+def live_instances(ec2: Any, plan: Plan, role: RolePlan) -> dict[str, int]:
+    """Instance counts per state for the node group (by the EKS managed node group tags)."""
+    filters = [
+        {"Name": f"tag:{CLUSTER_TAG}", "Values": [plan.cluster_name]},
+        {"Name": f"tag:{NODEGROUP_TAG}", "Values": [role.node_group_name]},
+        {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+    ]
+    counts: dict[str, int] = {}
+    token: str | None = None
+    while True:
+        page = ec2.describe_instances(Filters=filters, **({"NextToken": token} if token else {}))
+        for reservation in page.get("Reservations", []):
+            for raw in reservation.get("Instances", []):
+                state = raw.get("State", {}).get("Name", "?")
+                counts[state] = counts.get(state, 0) + 1
+        token = page.get("NextToken")
+        if not token:
+            return counts
+
+
+def wait_instances(
+    ec2: Any, plan: Plan, targets: dict[str, Scaling], *, polls: int, report: Callable[[str, int, int], None]
+) -> dict[str, dict[str, int]]:
+    """Poll until each group runs exactly its desired count (and nothing is still starting or stopping)."""
+    counts: dict[str, dict[str, int]] = {}
+    for _ in range(polls):
+        done = True
+        for name, scaling in targets.items():
+            counts[name] = live_instances(ec2, plan, plan.roles[name])
+            running = counts[name].get("running", 0)
+            report(name, running, scaling.desired)
+            if running != scaling.desired or sum(counts[name].values()) != running:
+                done = False
+        if done:
+            return counts
+        sleep(POLL_SECONDS)
+    raise TimeoutError(counts)
+
+
+def health_issues(group: dict[str, Any]) -> list[str]:
+    return [f"{i.get('code', '?')}: {i.get('message', '')}" for i in group.get("health", {}).get("issues", [])]

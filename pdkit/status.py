@@ -1,0 +1,135 @@
+"""`pdkit status` as data: the deployment measured against its plan, from AWS and from Kubernetes.
+
+Every row is OK, WAIT (not there yet, e.g. nodes still joining) or FAIL (there but wrong, e.g. a
+node that advertises fewer EFA devices than planned: NCCL would fall back to TCP silently).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pdkit import capacity
+from pdkit.aws_clients import Aws
+from pdkit.aws_errors import error_code
+from pdkit.console import span
+from pdkit.errors import KitError
+from pdkit.kube import Kube, KubeUnreachable
+from pdkit.plan import Plan
+
+State = Literal["OK", "WAIT", "FAIL"]
+
+
+@dataclass(frozen=True)
+class Row:
+    area: str
+    item: str
+    state: State
+    detail: str
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    kube_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kube_error is None and all(r.state == "OK" for r in self.rows)
+
+    def add(self, area: str, item: str, state: State, detail: str) -> None:
+        self.rows.append(Row(area, item, state, detail))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "rows": [asdict(r) for r in self.rows], "kubernetes_error": self.kube_error}
+
+
+def gather(plan: Plan, aws: Aws, *, now: datetime, kube: Callable[[], Kube]) -> Report:
+    report = Report()
+    _aws(plan, aws, now, report)
+    try:
+        _kubernetes(plan, kube(), report)
+    except KubeUnreachable as err:
+        report.kube_error = str(err)
+    return report
+
+
+def _aws(plan: Plan, aws: Aws, now: datetime, report: Report) -> None:
+    try:
+        cluster = aws.eks.describe_cluster(name=plan.cluster_name)["cluster"]
+    except Exception as err:
+        if error_code(err) != "ResourceNotFoundException":
+            raise
+        raise KitError(f"cluster {plan.cluster_name} is not deployed in {aws.region}. Fix: `pdkit preflight`, then `make deploy`") from None
+    report.add(
+        "aws",
+        "cluster",
+        "OK" if cluster.get("status") == "ACTIVE" else "WAIT",
+        f"{cluster.get('status')}, Kubernetes {cluster.get('version')}",
+    )
+    if not plan.reservation_is_placeholder:
+        res = capacity.describe_reservation(aws.ec2, plan.reservation_id)
+        left = res.time_left(now)
+        detail = res.state
+        if res.end:
+            detail += f", ends {res.end:%Y-%m-%d %H:%M} UTC" + (f" ({span(left)} left)" if left else "")
+        report.add("aws", f"block {res.id}", "OK" if res.state == "active" else "WAIT", detail)
+    for role in plan.roles.values():
+        group = aws.eks.describe_nodegroup(clusterName=plan.cluster_name, nodegroupName=role.node_group_name)["nodegroup"]
+        scaling = group.get("scalingConfig", {})
+        desired = int(scaling.get("desiredSize", 0))
+        issues = group.get("health", {}).get("issues", [])
+        detail = f"{group.get('status')}, desired {desired} of {role.nodes} planned"
+        if issues:
+            detail += "; " + "; ".join(f"{i.get('code')}: {i.get('message', '')}" for i in issues)
+            state: State = "FAIL"
+        elif desired == 0:
+            detail += " (scaled down: pdkit nodes up)"
+            state = "WAIT"
+        else:
+            state = "OK" if desired == role.nodes and group.get("status") == "ACTIVE" else "WAIT"
+        report.add("aws", f"node group {role.node_group_name}", state, detail)
+
+
+def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
+    nodes = kube.gpu_nodes()
+    for name, role in plan.roles.items():
+        mine = [n for n in nodes if n.role == name]
+        ready = sum(n.ready for n in mine)
+        report.add("kubernetes", f"{name} nodes", "OK" if ready == role.nodes else "WAIT", f"{ready} Ready of {role.nodes} planned")
+    for n in nodes:
+        wrong = []
+        if n.gpus != plan.instance.gpus:
+            wrong.append(f"{n.gpus} of {plan.instance.gpus} GPUs allocatable (NVIDIA device plugin)")
+        if n.efa != plan.efa_devices_per_node:
+            wrong.append(f"{n.efa} of {plan.efa_devices_per_node} EFA devices allocatable (EFA device plugin)")
+        state: State = "OK" if n.ready and not wrong else ("WAIT" if not n.ready else "FAIL")
+        detail = "; ".join(wrong) or f"{n.gpus} GPUs, {n.efa} EFA devices"
+        report.add(
+            "kubernetes", f"node {n.name} ({n.role}, {n.instance_id or '?'})", state, ("not Ready; " if not n.ready else "") + detail
+        )
+    namespace = plan.profile.serving.namespace
+    sets = kube.leader_worker_sets(namespace)
+    if sets is None:
+        report.add("serving", "LeaderWorkerSet", "FAIL", "the LeaderWorkerSet CRD is not installed (the cluster stack installs it)")
+    else:
+        for name, role in plan.roles.items():
+            groups = [s for s in sets if s.role == name]
+            ready = sum(s.ready for s in groups)
+            if not groups:
+                report.add("serving", f"{name} groups", "WAIT", f"no LeaderWorkerSet labelled pdkit/role={name} in {namespace} yet")
+            else:
+                names = ", ".join(s.name for s in groups)
+                report.add(
+                    "serving",
+                    f"{name} groups",
+                    "OK" if ready == role.replicas else "WAIT",
+                    f"{ready} of {role.replicas} groups ready ({names})",
+                )
+    routers = kube.routers(namespace)
+    want = plan.profile.serving.router.replicas
+    ready = sum(r.ready for r in routers)
+    detail = f"{ready} of {want} replicas ready" if routers else f"no router Deployment labelled pdkit/role=router in {namespace} yet"
+    report.add("serving", "router", "OK" if routers and ready >= want else "WAIT", detail)

@@ -1,0 +1,415 @@
+"""`pdkit capacity`: offerings, the guarded purchase, status and extension, against Stubber-checked EC2 calls."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from pdkit import console
+from pdkit.cli import main
+from tests.fixtures.cmd_support import CB, CR, NOW, instance, instances_page, profile, real_profile, stub_reservation
+
+pytest_plugins = ["tests.fixtures.cmd_fixtures"]
+
+QUERY = {"InstanceType": "p5en.48xlarge", "InstanceCount": 4, "CapacityDurationHours": 48}
+FEE = "98765.43"
+
+
+def offering(offering_id: str, *, az: str = "eu-south-2a", start_in_h: int = 24, fee: str = FEE) -> dict[str, Any]:
+    start = NOW + timedelta(hours=start_in_h)
+    return {
+        "CapacityBlockOfferingId": offering_id,
+        "InstanceType": "p5en.48xlarge",
+        "AvailabilityZone": az,
+        "InstanceCount": 4,
+        "StartDate": start,
+        "EndDate": start + timedelta(hours=48),
+        "CapacityBlockDurationHours": 48,
+        "UpfrontFee": fee,
+        "CurrencyCode": "USD",
+        "Tenancy": "default",
+    }
+
+
+def stub_offerings(aws, *offerings: dict[str, Any], query: dict[str, Any] | None = None) -> None:
+    aws("ec2").add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": list(offerings)}, query or QUERY)
+
+
+def stub_dry_run(aws, offering_id: str, *, code: str = "DryRunOperation") -> None:
+    aws("ec2").add_client_error(
+        "purchase_capacity_block",
+        code,
+        "Request would have succeeded, but DryRun flag is set."
+        if code == "DryRunOperation"
+        else "You are not authorized. Encoded authorization failure message: abc",
+        412 if code == "DryRunOperation" else 403,
+        expected_params={"CapacityBlockOfferingId": offering_id, "InstancePlatform": "Linux/UNIX", "DryRun": True},
+    )
+
+
+def stub_purchase(aws, offering_id: str) -> None:
+    aws("ec2").add_response(
+        "purchase_capacity_block",
+        {"CapacityReservation": {"CapacityReservationId": CR, "State": "payment-pending", "AvailabilityZone": "eu-south-2b"}},
+        {"CapacityBlockOfferingId": offering_id, "InstancePlatform": "Linux/UNIX", "DryRun": False},
+    )
+
+
+# --- offerings ---------------------------------------------------------------------------------
+
+
+def test_offerings_uses_the_profile_query_pages_and_sorts_by_start(aws, capsys):
+    """Defaults come from the profile (type, count, duration); all pages are read; earliest start first."""
+    ec2 = aws("ec2")
+    ec2.add_response(
+        "describe_capacity_block_offerings", {"CapacityBlockOfferings": [offering("cbr-late", start_in_h=72)], "NextToken": "t"}, QUERY
+    )
+    ec2.add_response(
+        "describe_capacity_block_offerings",
+        {"CapacityBlockOfferings": [offering("cbr-soon", az="eu-south-2b")]},
+        QUERY | {"NextToken": "t"},
+    )
+    assert main(["capacity", "offerings"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("cbr-soon") < out.index("cbr-late")
+    assert "USD 98,765.43" in out
+    assert "USD 514.40" in out
+    assert "eu-south-2b *" in out
+    assert "set aws.availability_zone" in out
+    assert "Next: pdkit capacity buy cbr-soon" in out
+
+
+def test_offerings_options_reach_the_request(aws, capsys):
+    stub_offerings(
+        aws,
+        offering("cbr-1"),
+        query={
+            "InstanceType": "p5en.48xlarge",
+            "InstanceCount": 8,
+            "CapacityDurationHours": 72,
+            "StartDateRange": NOW.replace(microsecond=0),
+        },
+    )
+    argv = ["capacity", "offerings", "--count", "8", "--hours", "72", "--earliest", NOW.replace(microsecond=0).isoformat()]
+    assert main(argv) == 0
+    assert "--count 8 --hours 72 --earliest" in capsys.readouterr().out
+
+
+def test_offerings_json(aws, capsys):
+    stub_offerings(aws, offering("cbr-1"))
+    assert main(["capacity", "offerings", "--output", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["offerings"][0]["id"] == "cbr-1"
+    assert data["offerings"][0]["upfront_fee"] == FEE
+
+
+def test_offerings_none_says_what_to_try(aws, capsys):
+    stub_offerings(aws)
+    assert main(["capacity", "offerings"]) == 0
+    assert "No Capacity Block offerings for 4 x p5en.48xlarge for 48 h" in capsys.readouterr().out
+
+
+# --- buy: the purchase guard ---------------------------------------------------------------------
+
+
+def test_buy_with_yes_dry_runs_first_then_buys_and_says_where_the_id_goes(aws, capsys):
+    """The Stubber enforces the order: offerings again, DryRun=True, then the one DryRun=False purchase."""
+    stub_offerings(aws, offering("cbr-1", az="eu-south-2b"))
+    stub_dry_run(aws, "cbr-1")
+    stub_purchase(aws, "cbr-1")
+    assert main(["capacity", "buy", "cbr-1", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "Upfront fee: USD 98,765.43" in out
+    assert "cannot be cancelled" in out
+    assert f"reservation_id: {CR}" in out
+    assert "availability_zone: eu-south-2b" in out
+    assert "Next: pdkit capacity status, then pdkit preflight" in out
+
+
+def test_buy_without_terminal_and_without_yes_buys_nothing(aws, capsys):
+    """No TTY, no --yes: abort non-zero after the dry run; no DryRun=False call is stubbed, so one would fail the test."""
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1")
+    assert main(["capacity", "buy", "cbr-1"]) == 2
+    captured = capsys.readouterr()
+    assert "no terminal to confirm a non-cancellable purchase of USD 98,765.43; nothing was bought" in captured.err
+    assert "USD 98,765.43" in captured.out
+
+
+def test_buy_needs_the_typed_fee(aws, monkeypatch, capsys):
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1")
+    prompts: list[str] = []
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr(console, "ask", lambda prompt: prompts.append(prompt) or "yes")
+    assert main(["capacity", "buy", "cbr-1"]) == 2
+    assert "nothing was bought" in capsys.readouterr().err
+    assert "Type the fee (98,765.43)" in prompts[0]
+
+
+@pytest.mark.parametrize("typed", ["98765.43", "98,765.43", "USD 98,765.43", " 98765.430 "])
+def test_buy_proceeds_when_the_fee_is_typed(aws, monkeypatch, capsys, typed):
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1")
+    stub_purchase(aws, "cbr-1")
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr(console, "ask", lambda _prompt: typed)
+    assert main(["capacity", "buy", "cbr-1"]) == 0
+    assert f"Bought {CR}" in capsys.readouterr().out
+
+
+def test_buy_stops_when_the_dry_run_is_refused(aws, capsys):
+    """UnauthorizedOperation on the dry run: one line naming the IAM action; no purchase, no prompt."""
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1", code="UnauthorizedOperation")
+    assert main(["capacity", "buy", "cbr-1", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "not allowed to call ec2:PurchaseCapacityBlock" in err
+    assert "decode-authorization-message" in err
+
+
+def test_buy_stops_when_the_endpoint_ignores_dry_run(aws, capsys):
+    """A normal answer to DryRun=True is not a successful dry run: stop before the real call."""
+    stub_offerings(aws, offering("cbr-1"))
+    aws("ec2").add_response(
+        "purchase_capacity_block",
+        {"CapacityReservation": {"CapacityReservationId": CR}},
+        {"CapacityBlockOfferingId": "cbr-1", "InstancePlatform": "Linux/UNIX", "DryRun": True},
+    )
+    assert main(["capacity", "buy", "cbr-1", "--yes"]) == 2
+    assert "returned a result instead of DryRunOperation" in capsys.readouterr().err
+
+
+def test_buy_refuses_an_offering_that_is_gone(aws, capsys):
+    stub_offerings(aws, offering("cbr-other"))
+    assert main(["capacity", "buy", "cbr-1", "--yes"]) == 2
+    assert "offering cbr-1 is not offered any more for 4 x p5en.48xlarge for 48 h" in capsys.readouterr().err
+
+
+def test_buy_repeats_the_query_options(aws, capsys):
+    """`buy` finds the offering with the same query as `offerings`; other options, other request."""
+    stub_offerings(aws, offering("cbr-1"), query=QUERY | {"CapacityDurationHours": 96})
+    stub_dry_run(aws, "cbr-1")
+    stub_purchase(aws, "cbr-1")
+    assert main(["capacity", "buy", "cbr-1", "--hours", "96", "--yes"]) == 0
+
+
+def test_buy_notes_a_block_that_does_not_fit_the_profile(aws, capsys):
+    """Buying another size or AZ than the profile is allowed, but the operator is told what to change (before the prompt)."""
+    stub_offerings(aws, {**offering("cbr-2", az="eu-south-2c"), "InstanceCount": 8}, query=QUERY | {"InstanceCount": 8})
+    stub_dry_run(aws, "cbr-2")
+    assert main(["capacity", "buy", "cbr-2", "--count", "8"]) == 2
+    out = capsys.readouterr().out
+    assert "Note: the profile's roles need 4 instances" in out
+    assert "Note: the profile's AZ is eu-south-2a; after buying, set aws.availability_zone: eu-south-2c" in out
+
+
+def test_buy_of_a_matching_offering_has_no_notes(aws, capsys):
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1")
+    assert main(["capacity", "buy", "cbr-1"]) == 2
+    assert "Note:" not in capsys.readouterr().out
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+def test_status_shows_state_time_left_interconnect_and_instances(aws, tmp_path, capsys):
+    stub_reservation(aws)
+    aws("ec2").add_response(
+        "describe_capacity_block_status",
+        {"CapacityBlockStatuses": [{"CapacityBlockId": CB, "InterconnectStatus": "ok"}]},
+        {"CapacityBlockIds": [CB]},
+    )
+    aws("ec2").add_response(
+        "describe_instances",
+        instances_page(instance("i-0aaa", "glm51-2p2d-decode")),
+        {
+            "Filters": [
+                {"Name": "capacity-reservation-id", "Values": [CR]},
+                {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "shutting-down"]},
+            ]
+        },
+    )
+    assert main(["capacity", "status", "--profile", real_profile(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "active: instances can launch" in out
+    assert "(1 d 21 h left)" in out
+    assert "ok" in out
+    assert "i-0aaa running glm51-2p2d-decode" in out
+    assert "T-40" in out
+    assert "pdkit capacity extend" in out
+
+
+def test_status_of_a_scheduled_block_says_when_it_starts(aws, tmp_path, capsys):
+    stub_reservation(aws, State="scheduled", StartDate=NOW + timedelta(hours=5, minutes=1), CapacityBlockId=None)
+    aws("ec2").add_response("describe_instances", instances_page())
+    assert main(["capacity", "status", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["reservation"]["state"] == "scheduled"
+    assert 5 * 3600 <= data["seconds_to_start"] <= 5 * 3600 + 60
+    assert data["interconnect"] is None
+    assert data["instances"] == []
+
+
+def test_status_with_the_placeholder_points_to_offerings_without_calling_aws(aws, capsys):
+    assert main(["capacity", "status"]) == 2
+    assert "`pdkit capacity offerings`" in capsys.readouterr().err
+    assert aws.requested == []
+
+
+# --- extend ------------------------------------------------------------------------------------
+
+
+def extension(offering_id: str, fee: str = "4321.00") -> dict[str, Any]:
+    return {
+        "CapacityBlockExtensionOfferingId": offering_id,
+        "InstanceType": "p5en.48xlarge",
+        "InstanceCount": 4,
+        "AvailabilityZone": "eu-south-2a",
+        "StartDate": NOW - timedelta(hours=2),
+        "CapacityBlockExtensionStartDate": NOW + timedelta(hours=46),
+        "CapacityBlockExtensionEndDate": NOW + timedelta(hours=70),
+        "CapacityBlockExtensionDurationHours": 24,
+        "UpfrontFee": fee,
+        "CurrencyCode": "USD",
+    }
+
+
+def stub_extensions(aws, *offers: dict[str, Any]) -> None:
+    stub_reservation(aws)
+    aws("ec2").add_response(
+        "describe_capacity_block_extension_offerings",
+        {"CapacityBlockExtensionOfferings": list(offers)},
+        {"CapacityBlockExtensionDurationHours": 24, "CapacityReservationId": CR},
+    )
+
+
+def test_extend_lists_extension_offerings(aws, tmp_path, capsys):
+    stub_extensions(aws, extension("cbeo-1"))
+    assert main(["capacity", "extend", "--profile", real_profile(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cbeo-1" in out
+    assert "USD 4,321.00" in out
+    assert "Next: pdkit capacity extend cbeo-1 --hours 24" in out
+
+
+def test_extend_buys_only_after_a_dry_run(aws, tmp_path, capsys):
+    stub_extensions(aws, extension("cbeo-1"))
+    params = {"CapacityBlockExtensionOfferingId": "cbeo-1", "CapacityReservationId": CR}
+    aws("ec2").add_client_error(
+        "purchase_capacity_block_extension", "DryRunOperation", "ok", 412, expected_params=params | {"DryRun": True}
+    )
+    aws("ec2").add_response(
+        "purchase_capacity_block_extension",
+        {"CapacityBlockExtensions": [{"CapacityReservationId": CR, "CapacityBlockExtensionStatus": "payment-pending"}]},
+        params | {"DryRun": False},
+    )
+    assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
+    assert "Extension bought (status payment-pending)" in capsys.readouterr().out
+
+
+def test_extend_without_terminal_buys_nothing(aws, tmp_path, capsys):
+    stub_extensions(aws, extension("cbeo-1"))
+    aws("ec2").add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", 412)
+    assert main(["capacity", "extend", "cbeo-1", "--profile", real_profile(tmp_path)]) == 2
+    assert "nothing was bought" in capsys.readouterr().err
+
+
+def test_extend_refuses_an_offering_that_is_gone(aws, tmp_path, capsys):
+    stub_extensions(aws, extension("cbeo-2"))
+    assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 2
+    assert "extension offering cbeo-1 is not offered any more" in capsys.readouterr().err
+
+
+def test_extend_on_the_placeholder_points_to_offerings(aws, tmp_path, capsys):
+    assert main(["capacity", "extend", "--profile", profile(tmp_path)]) == 2
+    assert "placeholder" in capsys.readouterr().err
+
+
+# --- the guard itself, without the CLI ------------------------------------------------------------
+
+
+def test_guard_never_buys_when_the_dry_run_fails_or_is_not_confirmed(monkeypatch):
+    """Unit view of the purchase order: a failed dry run, a missing terminal or a wrong answer each stop `buy`."""
+    from decimal import Decimal
+
+    from botocore.exceptions import ClientError
+
+    from pdkit import purchase
+    from pdkit.errors import KitError
+
+    bought: list[str] = []
+
+    def refused() -> None:
+        raise ClientError({"Error": {"Code": "UnauthorizedOperation", "Message": "no"}}, "PurchaseCapacityBlock")
+
+    def accepted() -> None:
+        raise ClientError({"Error": {"Code": "DryRunOperation", "Message": "would succeed"}}, "PurchaseCapacityBlock")
+
+    def buy() -> str:
+        bought.append("x")
+        return "cr"
+
+    fee = Decimal("10.00")
+    with pytest.raises(ClientError):
+        purchase.guarded(what="w", fee=fee, currency="USD", dry=refused, buy=buy, assume_yes=True)
+    monkeypatch.setattr(console, "interactive", lambda: False)
+    with pytest.raises(KitError, match="no terminal"):
+        purchase.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr(console, "ask", lambda _p: "10.01")
+    with pytest.raises(KitError, match="cancelled"):
+        purchase.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
+    assert bought == []
+    monkeypatch.setattr(console, "ask", lambda _p: "10")
+    assert purchase.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False) == "cr"
+    assert bought == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"State": "expired"}, "EC2 extends only active or scheduled blocks"),
+        ({"EndDate": NOW + timedelta(minutes=45)}, "EC2 stops offering extensions 1 hour before the end"),
+    ],
+)
+def test_extend_is_refused_when_ec2_would_refuse_it(aws, tmp_path, capsys, change, words):
+    """Only the reservation is read (no extension offerings are stubbed)."""
+    stub_reservation(aws, **change)
+    assert main(["capacity", "extend", "--profile", real_profile(tmp_path)]) == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["capacity", "offerings", "--hours", "30"], ["capacity", "extend", "--hours", "400"]])
+def test_block_lengths_are_checked_before_calling_aws(aws, tmp_path, capsys, argv):
+    assert main([*argv, "--profile", real_profile(tmp_path)]) == 2
+    assert "is not a Capacity Block length" in capsys.readouterr().err
+    assert aws.requested == []
+
+
+def test_a_paid_extension_moves_the_end_at_once(aws, tmp_path, capsys):
+    stub_extensions(aws, extension("cbeo-1"))
+    aws("ec2").add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", 412)
+    aws("ec2").add_response(
+        "purchase_capacity_block_extension", {"CapacityBlockExtensions": [{"CapacityBlockExtensionStatus": "payment-succeeded"}]}
+    )
+    assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Extension bought and paid" in out
+    assert "once payment succeeds" not in out
+
+
+def test_a_pending_extension_says_the_old_end_still_holds(aws, tmp_path, capsys):
+    stub_extensions(aws, extension("cbeo-1"))
+    aws("ec2").add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", 412)
+    aws("ec2").add_response(
+        "purchase_capacity_block_extension", {"CapacityBlockExtensions": [{"CapacityBlockExtensionStatus": "payment-pending"}]}
+    )
+    assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "once payment succeeds" in out
+    assert "describe-capacity-block-extension-history" in out

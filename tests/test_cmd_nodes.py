@@ -1,0 +1,172 @@
+"""`pdkit nodes up|down`: refused on a block that is not active; sizes from the plan; waits for EKS and the instances."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pdkit.cli import main
+from tests.fixtures.cmd_support import NOW, instance, instances_page, real_profile, stub_reservation
+
+pytest_plugins = ["tests.fixtures.cmd_fixtures"]
+
+GROUPS = ("glm51-2p2d-prefill", "glm51-2p2d-decode")
+
+
+def nodegroup(name: str, desired: int, *, issues: list[dict[str, str]] | None = None) -> dict[str, object]:
+    return {
+        "nodegroup": {
+            "nodegroupName": name,
+            "clusterName": "glm51-2p2d",
+            "status": "ACTIVE",
+            "capacityType": "CAPACITY_BLOCK",
+            "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired},
+            "health": {"issues": issues or []},
+        }
+    }
+
+
+def stub_update(aws, group: str, desired: int, update_id: str) -> None:
+    aws("eks").add_response(
+        "update_nodegroup_config",
+        {"update": {"id": update_id, "status": "InProgress", "type": "ConfigUpdate"}},
+        {"clusterName": "glm51-2p2d", "nodegroupName": group, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired}},
+    )
+
+
+def stub_update_status(aws, group: str, update_id: str, status: str, errors: list[dict[str, str]] | None = None) -> None:
+    aws("eks").add_response(
+        "describe_update",
+        {"update": {"id": update_id, "status": status, "errors": errors or []}},
+        {"name": "glm51-2p2d", "updateId": update_id, "nodegroupName": group},
+    )
+
+
+def filters(group: str) -> dict[str, object]:
+    return {
+        "Filters": [
+            {"Name": "tag:eks:cluster-name", "Values": ["glm51-2p2d"]},
+            {"Name": "tag:eks:nodegroup-name", "Values": [group]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "shutting-down"]},
+        ]
+    }
+
+
+def stub_instances(aws, group: str, *states: str) -> None:
+    items = [instance(f"i-{group[-4:]}{n}", group, state=s) for n, s in enumerate(states)]
+    aws("ec2").add_response("describe_instances", instances_page(*items), filters(group))
+
+
+def stub_describe_groups(aws, desired: int) -> None:
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, desired), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+
+
+def test_up_scales_both_groups_to_the_plan_and_waits(aws, tmp_path, capsys):
+    stub_reservation(aws)
+    aws("eks")
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 0), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 2, f"u-{group}")
+    stub_update_status(aws, GROUPS[0], f"u-{GROUPS[0]}", "InProgress")
+    stub_update_status(aws, GROUPS[0], f"u-{GROUPS[0]}", "Successful")
+    stub_update_status(aws, GROUPS[1], f"u-{GROUPS[1]}", "Successful")
+    stub_instances(aws, GROUPS[0], "pending", "pending")  # first poll: still starting
+    stub_instances(aws, GROUPS[1], "running")
+    stub_instances(aws, GROUPS[0], "running", "running")  # second poll: done
+    stub_instances(aws, GROUPS[1], "running", "running")
+    assert main(["nodes", "up", "--profile", real_profile(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "glm51-2p2d-prefill: desired 0 -> 2 (min 0, max 2)" in out
+    assert "Next: pdkit status" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"State": "scheduled", "StartDate": NOW + timedelta(hours=3, minutes=1)}, "starts"),
+        ({"State": "expired"}, "no instance can launch into it"),
+        ({"State": "payment-pending"}, "no instance can launch into it"),
+        ({"EndDate": NOW + timedelta(minutes=50)}, "inside the kit's 60 min drain window"),
+    ],
+)
+def test_up_is_refused_unless_the_block_is_active(aws, tmp_path, capsys, change, words):
+    """Only the reservation is read; no EKS client is even created (none is stubbed)."""
+    stub_reservation(aws, **change)
+    assert main(["nodes", "up", "--profile", real_profile(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err
+    assert [r[0] for r in aws.requested] == ["ec2"]
+
+
+def test_up_on_a_scheduled_block_says_when_it_starts(aws, tmp_path, capsys):
+    stub_reservation(aws, State="scheduled", StartDate=NOW + timedelta(hours=3, minutes=1))
+    assert main(["nodes", "up", "--profile", real_profile(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "(in 3 h 0 min)" in err
+    assert "run `pdkit nodes up` after the start" in err
+
+
+def test_up_with_the_placeholder_points_to_offerings(aws, capsys):
+    assert main(["nodes", "up"]) == 2
+    assert "pdkit capacity offerings" in capsys.readouterr().err
+
+
+def test_down_needs_no_active_block_and_waits_for_zero(aws, tmp_path, capsys):
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 0, f"u-{group}")
+    for group in GROUPS:
+        stub_update_status(aws, group, f"u-{group}", "Successful")
+    stub_instances(aws, GROUPS[0], "shutting-down")
+    stub_instances(aws, GROUPS[1])
+    stub_instances(aws, GROUPS[0])
+    stub_instances(aws, GROUPS[1])
+    assert main(["nodes", "down"]) == 0
+    assert "GPU node groups are at 0" in capsys.readouterr().out
+
+
+def test_already_at_size_sends_no_update(aws, capsys):
+    stub_describe_groups(aws, 0)
+    assert main(["nodes", "down", "--no-wait"]) == 0
+    assert capsys.readouterr().out.count("already min 0 / desired 0 / max 2") == 2
+
+
+def test_failed_update_is_one_line_with_the_reason(aws, capsys):
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 0, f"u-{group}")
+    stub_update_status(
+        aws, GROUPS[0], f"u-{GROUPS[0]}", "Failed", [{"errorCode": "AsgInstanceLaunchFailures", "errorMessage": "launch failed"}]
+    )
+    assert main(["nodes", "down"]) == 2
+    assert "failed: launch failed" in capsys.readouterr().err
+
+
+def test_missing_node_group_says_deploy_first(aws, capsys):
+    aws("eks").add_client_error("describe_nodegroup", "ResourceNotFoundException", "No node group found", 404)
+    assert main(["nodes", "down"]) == 2
+    assert "make deploy" in capsys.readouterr().err
+
+
+def test_update_in_progress_says_wait(aws, capsys):
+    aws("eks").add_response("describe_nodegroup", nodegroup(GROUPS[0], 2))
+    aws("eks").add_client_error("update_nodegroup_config", "ResourceInUseException", "update in progress", 409)
+    assert main(["nodes", "down"]) == 2
+    assert "another update of glm51-2p2d-prefill is still running" in capsys.readouterr().err
+
+
+def test_timeout_reports_the_node_group_health(aws, tmp_path, capsys):
+    stub_reservation(aws)
+    stub_describe_groups(aws, 2)  # already at size: straight to waiting
+    stub_instances(aws, GROUPS[0], "pending")
+    stub_instances(aws, GROUPS[1], "running", "running")
+    issue = [{"code": "InsufficientFreeAddresses", "message": "placement group full"}]
+    aws("eks").add_response("describe_nodegroup", nodegroup(GROUPS[0], 2, issues=issue))
+    aws("eks").add_response("describe_nodegroup", nodegroup(GROUPS[1], 2))
+    # 0.25 min = one 15 s poll.
+    assert main(["nodes", "up", "--profile", real_profile(tmp_path), "--timeout", "0.25"]) == 2
+    err = capsys.readouterr().err
+    assert "InsufficientFreeAddresses: placement group full" in err
+    assert "capacity.placement_group: none" in err
