@@ -21,7 +21,7 @@ from pdkit.profile import PLACEHOLDER_RESERVATION, Profile, Role
 
 ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
-STACKS = ("network", "cluster", "capacity", "images")
+STACKS = ("network", "cluster", "capacity", "images", "observability", "ami")
 ROLE_LABEL = "pdkit/role"
 # Kubernetes versions this kit's pinned CDK, kubectl layer and add-ons are tested with.
 KUBERNETES_VERSIONS = ("1.35", "1.36")
@@ -38,6 +38,7 @@ INTERFACE_ENDPOINTS = (
     "ec2messages",
     "eks",
     "eks-auth",
+    "aps-workspaces",  # the serving-metrics function queries Amazon Managed Service for Prometheus
 )
 GATEWAY_ENDPOINTS = ("s3",)
 PRIVATE_SUBNET_MASK = 19

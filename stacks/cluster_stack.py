@@ -15,12 +15,14 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
+from pdkit.catalog import addons
 from pdkit.plan import Plan
 from stacks.access_host import AccessHost
 from stacks.eks_addons import ClusterCharts, ManagedAddons
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.network_stack import NetworkStack
 from stacks.node_launch_template import metadata_options, root_volume
+from stacks.observability_addon import ContainerInsightsAddon
 from stacks.policy import acknowledge
 
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
@@ -109,6 +111,16 @@ class ClusterStack(cdk.Stack):
             repository="public.ecr.aws/eks/aws-load-balancer-controller",
         )
         self.load_balancer_controller.node.add_dependency(self.system_nodes)
+        self.container_insights = ContainerInsightsAddon(
+            self,
+            "ContainerInsights",
+            cluster=self.cluster,
+            version=addons().managed["amazon-cloudwatch-observability"],
+            logs_key=self.logs_key,
+            log_retention_days=c.log_retention_days,
+        )
+        self.container_insights.addon.node.add_dependency(self.system_nodes)
+        self.container_insights.addon.node.add_dependency(self.addons.addons["eks-pod-identity-agent"])
         self.charts = ClusterCharts(self, "Charts", cluster=self.cluster, plan=plan, system_labels=plan.system_node_labels)
         for chart in self.charts.charts.values():
             chart.node.add_dependency(self.system_nodes)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import aws_cdk as cdk
 
 from pdkit.plan import Plan
+from stacks.ami_stack import AmiStack
 from stacks.capacity_stack import CapacityStack
 from stacks.cluster_stack import ClusterStack
 from stacks.images_stack import ImagesStack
 from stacks.network_stack import NetworkStack
+from stacks.observability_stack import ObservabilityStack
 from stacks.policy import attach
 
 
@@ -41,7 +43,32 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         env=env,
         description=f"{plan.name}: ECR repositories and the in-region image build",
     )
-    stacks: dict[str, cdk.Stack] = {"network": network, "cluster": cluster, "capacity": capacity, "images": images}
+    observability = ObservabilityStack(
+        app,
+        plan.stack_names["observability"],
+        plan=plan,
+        network=network,
+        cluster=cluster,
+        capacity=capacity,
+        env=env,
+        description=f"{plan.name}: Prometheus scraper, dashboards, alarms, Capacity Block clock",
+    )
+    ami = AmiStack(
+        app,
+        plan.stack_names["ami"],
+        plan=plan,
+        network=network,
+        env=env,
+        description=f"{plan.name}: GPU node image pipeline (EC2 Image Builder, ami/)",
+    )
+    stacks: dict[str, cdk.Stack] = {
+        "network": network,
+        "cluster": cluster,
+        "capacity": capacity,
+        "images": images,
+        "observability": observability,
+        "ami": ami,
+    }
     if with_policy:
         attach(app)
     return stacks

@@ -101,7 +101,7 @@ def test_up_is_refused_unless_the_block_is_active(aws, tmp_path, capsys, change,
 
 
 def test_up_on_a_scheduled_block_says_when_it_starts(aws, tmp_path, capsys):
-    stub_reservation(aws, State="scheduled", StartDate=NOW + timedelta(hours=3, minutes=1))
+    stub_reservation(aws, State="scheduled", StartDate=NOW + timedelta(hours=3))
     assert main(["nodes", "up", "--profile", real_profile(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "(in 3 h 0 min)" in err

@@ -48,7 +48,21 @@ def test_endpoints_for_every_aws_service_the_nodes_use(kit):
         names.add(service.rsplit(".", 1)[-1] if service.endswith(".s3") else service.split("amazonaws.com.", 1)[-1].lstrip("."))
         if props.get("VpcEndpointType") == "Interface":
             assert props["PrivateDnsEnabled"] is True
-    expected = {"ecr.api", "ecr.dkr", "sts", "ec2", "logs", "monitoring", "ssm", "ssmmessages", "ec2messages", "eks", "eks-auth", "s3"}
+    expected = {
+        "ecr.api",
+        "ecr.dkr",
+        "sts",
+        "ec2",
+        "logs",
+        "monitoring",
+        "ssm",
+        "ssmmessages",
+        "ec2messages",
+        "eks",
+        "eks-auth",
+        "aps-workspaces",
+        "s3",
+    }
     assert {n.split(".", 3)[-1] if n.startswith("com.") else n for n in names} == expected
 
 

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pdkit.context import load_plan
-    from pdkit.serving import inputs, manifests
+    from pdkit.serving import inputs, manifests, names
 
     the_plan = load_plan(args.profile)
     serving = inputs.from_plan(
@@ -37,18 +37,9 @@ def run(args: argparse.Namespace) -> int:
     for stale in out.glob("[0-9][0-9]-*.yaml"):
         stale.unlink()
     for i, obj in enumerate(objs):
-        name = f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-        (out / name).write_text(manifests.to_yaml([obj]))
-    print(f"Wrote {len(objs)} objects for {the_plan.name} into {out}/ (namespace {serving_namespace(the_plan)}).")
+        (out / f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml").write_text(manifests.to_yaml([obj]))
+    print(f"Wrote {len(objs)} objects for {the_plan.name} into {out}/ (namespace {names.namespace(the_plan)}).")
     if serving.image.startswith(inputs.PLACEHOLDER_ACCOUNT):
-        print(f"  image {serving.image}: the profile names no account; pass --registry <account>.dkr.ecr.{the_plan.region}.amazonaws.com")
-    print(f"Next: kubectl apply --server-side -f {out}/   (needs the LeaderWorkerSet CRD; see runbooks/02-serve.md)")
+        print(f"  The profile names no AWS account: the image URIs hold {inputs.PLACEHOLDER_ACCOUNT}; pass --registry.")
+    print(f"Next: kubectl apply --server-side -f {out}/   (needs the LeaderWorkerSet CRD; runbooks/02-serve.md)")
     return 0
-
-
-def serving_namespace(the_plan: object) -> str:
-    from pdkit.plan import Plan
-    from pdkit.serving import names
-
-    assert isinstance(the_plan, Plan)
-    return names.namespace(the_plan)

@@ -1,0 +1,32 @@
+# SGLang conformance: every SGLang and router command line the kit renders, for every profile in
+# config/, is parsed and resolved by the pinned SGLang 0.5.23 and smg themselves, on the CPU, in their
+# own virtualenv (conformance/README.md). Included by the Makefile; appends to TEST_TARGETS.
+
+SGLANG_VENV := .venv-sglang
+SGLANG_BIN := $(CURDIR)/$(SGLANG_VENV)/bin
+SGLANG_LOCK := conformance/requirements-sglang.txt
+
+.PHONY: conformance lock-sglang conformance-help
+
+# Rebuilt when the lock changes; made with the kit venv's Python (3.11, for which torch 2.14.1 is on local disk).
+$(SGLANG_VENV)/.installed: $(SGLANG_LOCK) | $(VENV)/.installed
+	rm -rf $(SGLANG_VENV)
+	$(BIN)/python -m venv $(SGLANG_VENV)
+	echo '*' > $(SGLANG_VENV)/.gitignore
+	$(SGLANG_BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r $(SGLANG_LOCK)
+	touch $@
+
+conformance: setup $(SGLANG_VENV)/.installed ## Feed every rendered SGLang and router command line to SGLang 0.5.23 / smg (in .venv-sglang)
+	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
+	$(BIN)/python -m conformance.export_cases "$$out" && \
+	$(SGLANG_BIN)/python conformance/check_sglang.py "$$out/cases.json"
+
+conformance-help: $(SGLANG_VENV)/.installed ## Regenerate conformance/help/ (the --help texts of the pinned SGLang and smg)
+	$(SGLANG_BIN)/python conformance/check_sglang.py --write-help conformance/help
+
+lock-sglang: setup ## Re-resolve conformance/requirements-sglang.txt from conformance/requirements-sglang.in
+	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links \
+		-o $(SGLANG_LOCK) conformance/requirements-sglang.in
+	$(BIN)/python conformance/lock_nodeps.py conformance/requirements-sglang.in $(SGLANG_LOCK)
+
+TEST_TARGETS += conformance

@@ -1,0 +1,264 @@
+"""PASS/FAIL for each validation check, from the nodes' allocatable resources and the Jobs' logs.
+
+Every limit comes from pdkit/fabric/thresholds.py; every failure names the next step, pointing at
+the runbook section that handles it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pdkit.fabric import parsers
+from pdkit.fabric.cluster import JobRun
+from pdkit.fabric.manifests import NCCL_TESTS
+from pdkit.fabric.thresholds import NCCL_LARGE_MESSAGE_BYTES, Thresholds
+from pdkit.kube import Node
+from pdkit.plan import Plan
+from pdkit.serving.drain import drain_plan
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+PLAYBOOK = "runbooks/README.md"
+VALIDATE = "runbooks/03-validate.md"
+NEXT = {
+    "node_not_joining": f"`pdkit status`, then {PLAYBOOK}#node-not-joining",
+    "wrong_efa_count": f"`kubectl describe node NODE | grep vpc.amazonaws.com/efa`, then {PLAYBOOK}#wrong-efa-count",
+    "memlock": f"give containerd an unlimited RLIMIT_MEMLOCK on the GPU nodes: {VALIDATE}#locked-memory",
+    "pingpong_failed": f"efa provider or the EFA security group's self rule: {VALIDATE}#fi_pingpong-fails",
+    "pingpong_slow": f"`pdkit topology` (same network node?), then {VALIDATE}#fi_pingpong-fails",
+    "nccl_sockets": f"`kubectl exec POD -- python3 /opt/kit/selftest.py` (NCCL_NET_PLUGIN=ofi, ofi-nccl on LD_LIBRARY_PATH), then {PLAYBOOK}#nccl-on-sockets",
+    "nccl_slow": f"every pod needs all EFA devices; `pdkit topology`; then {VALIDATE}#low-nccl-bandwidth",
+    "nccl_corrupt": f"a GPU or NVLink fault: `kubectl describe node NODE` and node auto repair, {VALIDATE}#wrong-results",
+    "nccl_setup": f"mpirun could not reach the other pods' agents: {VALIDATE}#nccl-job-does-not-start",
+    "uccl_failed": f"`kubectl exec POD -- python3 /opt/kit/selftest.py` (deep_ep must be the EFA build of UCCL-EP), then {VALIDATE}#uccl-ep-fails-or-is-slow",
+    "uccl_slow": f"decode cannot meet observability.tpot_p99_ms on this fabric: {VALIDATE}#uccl-ep-fails-or-is-slow",
+    "image": "the validation image is not in ECR yet: follow the CodeBuild run (containers/README.md, 'Build in-region')",
+    "timeout": f"`kubectl -n NAMESPACE logs job/JOB --all-containers`, then {VALIDATE}#a-check-times-out",
+    "no_output": f"`kubectl -n NAMESPACE describe job JOB`, then {VALIDATE}#a-check-times-out",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    target: str
+    status: str
+    measured: str
+    threshold: str
+    next_step: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _row(ok: bool, name: str, target: str, measured: str, threshold: str, next_step: str) -> Check:
+    return Check(name, target, PASS if ok else FAIL, measured, threshold, "" if ok else next_step)
+
+
+def stuck_next_step(plan: Plan, problem: str) -> str:
+    """The next step for a Job that could not run, from the scheduler's or kubelet's message."""
+    if "Insufficient nvidia.com/gpu" in problem:
+        scale = "; ".join(" ".join(c) for c in drain_plan(plan).kubectl_scale_down())
+        return f"serving holds the GPUs: {scale} (restore afterwards), then validate again"
+    if "Insufficient vpc.amazonaws.com/efa" in problem:
+        return NEXT["wrong_efa_count"]
+    if "didn't match" in problem or "untolerated taint" in problem or "nodes are available: 0" in problem:
+        return NEXT["node_not_joining"]
+    if "ImagePull" in problem or "ErrImage" in problem:
+        return NEXT["image"]
+    if "still running" in problem:
+        return NEXT["timeout"]
+    return NEXT["no_output"]
+
+
+# --- nodes ----------------------------------------------------------------------------------------------
+
+
+def node_checks(plan: Plan, th: Thresholds, nodes: list[Node]) -> list[Check]:
+    rows = []
+    for role in plan.roles.values():
+        ready = [n for n in nodes if n.role == role.name and n.ready]
+        rows.append(
+            _row(
+                len(ready) >= role.nodes,
+                "GPU nodes Ready",
+                role.name,
+                f"{len(ready)} of {role.nodes}",
+                f"{role.nodes}",
+                NEXT["node_not_joining"],
+            )
+        )
+    for n in nodes:
+        rows.append(
+            _row(
+                n.efa == th.efa_devices_per_node,
+                "EFA devices allocatable",
+                n.name,
+                str(n.efa),
+                f"= {th.efa_devices_per_node}",
+                NEXT["wrong_efa_count"],
+            )
+        )
+        rows.append(
+            _row(n.gpus == th.gpus_per_node, "GPUs allocatable", n.name, str(n.gpus), f"= {th.gpus_per_node}", NEXT["node_not_joining"])
+        )
+    return rows
+
+
+# --- phase 1 ----------------------------------------------------------------------------------------------
+
+
+def efa_checks(plan: Plan, th: Thresholds, role: str, run: JobRun, pods: int) -> list[Check]:
+    rows: list[Check] = []
+    if run.problem and not any(run.logs.values()):
+        return [Check("EFA probe and fi_pingpong", role, FAIL, run.problem, "job completes", stuck_next_step(plan, run.problem))]
+    for index in range(pods):
+        node = run.nodes.get(index, f"{role} pod {index}")
+        probes = parsers.marker_lines(run.logs.get(index, ""), "pdkit-probe")
+        if not probes:
+            rows.append(Check("EFA devices in pod", node, FAIL, "no probe output", f"= {th.efa_devices_per_node}", NEXT["no_output"]))
+            continue
+        p = probes[-1]
+        uverbs, domains = _int(p.get("uverbs")), _int(p.get("efa_domains"))
+        ok = uverbs == th.efa_devices_per_node and domains == th.efa_devices_per_node
+        measured = f"{uverbs} uverbs, {domains} efa domains (node shows {p.get('sysfs_devices', '?')})"
+        rows.append(_row(ok, "EFA devices in pod", node, measured, f"= {th.efa_devices_per_node}", NEXT["wrong_efa_count"]))
+        memlock = p.get("memlock", "?")
+        rows.append(_row(memlock == th.memlock, "locked-memory limit", node, memlock, th.memlock, NEXT["memlock"]))
+    for server in range(0, pods - 1, 2):
+        client = server + 1
+        pair = f"{run.nodes.get(server, f'{role} pod {server}')} <-> {run.nodes.get(client, f'{role} pod {client}')}"
+        rows.append(_pingpong(th, pair, run.logs.get(client, "")))
+    return rows
+
+
+def _pingpong(th: Thresholds, pair: str, log: str) -> Check:
+    limit = f"<= {th.pingpong_max_latency_us:g} us one-way at {th.pingpong_bytes} B"
+    exits = parsers.marker_lines(log, "pdkit-exit")
+    status = exits[-1].get("status", "?") if exits else "?"
+    result = parsers.parse_fi_pingpong(log)
+    latency = result.latency_us(th.pingpong_bytes)
+    if status != "0" or latency is None:
+        reason = result.errors[-1] if result.errors else f"fi_pingpong exit status {status}"
+        return Check("fi_pingpong (efa)", pair, FAIL, reason, limit, NEXT["pingpong_failed"])
+    biggest = max(result.rows, key=lambda r: r.size)
+    measured = f"{latency:.1f} us; {biggest.mb_per_s:.0f} MB/s at {biggest.size} B"
+    return _row(latency <= th.pingpong_max_latency_us, "fi_pingpong (efa)", pair, measured, limit, NEXT["pingpong_slow"])
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+# --- phase 2 ----------------------------------------------------------------------------------------------
+
+
+def nccl_checks(plan: Plan, th: Thresholds, run: JobRun) -> list[Check]:
+    target = f"{th.nccl_gpus} GPUs"
+    launcher = run.logs.get(0, "")
+    if run.problem and not launcher:
+        return [Check("nccl-tests", target, FAIL, run.problem, "job completes", stuck_next_step(plan, run.problem))]
+    found = parsers.sections(launcher, "pdkit-begin", "pdkit-end", "test")
+    setup = [m for m in parsers.marker_lines(launcher, "pdkit-end") if m.get("test") == "setup"]
+    if setup:
+        return [Check("nccl-tests", target, FAIL, "the worker pods' agents did not answer", "all pods reachable", NEXT["nccl_setup"])]
+    floors = {"all_reduce_perf": th.allreduce_min_busbw_gbps, "alltoall_perf": th.alltoall_min_busbw_gbps}
+    rows: list[Check] = []
+    for test in NCCL_TESTS:
+        if test not in found:
+            rows.append(Check(test, target, FAIL, run.problem or "did not run", "runs to the end", NEXT["no_output"]))
+            continue
+        text, end = found[test]
+        r = parsers.parse_nccl_tests(text)
+        rows.append(_nccl_network(test, target, r))
+        best = r.large_message_busbw(NCCL_LARGE_MESSAGE_BYTES)
+        floor = floors[test]
+        if best is None:
+            tail = r.warnings[-1] if r.warnings else f"exit status {end.get('status', '?')}, no result rows"
+            rows.append(Check(f"{test} bus bandwidth", target, FAIL, tail, f">= {floor:g} GB/s", NEXT["nccl_slow"]))
+        else:
+            size, busbw = best
+            avg = f"; average over sizes {r.avg_busbw:g}" if r.avg_busbw is not None else ""
+            measured = f"{busbw:g} GB/s at {_size(size)}{avg}"
+            rows.append(_row(busbw >= floor, f"{test} bus bandwidth", target, measured, f">= {floor:g} GB/s", NEXT["nccl_slow"]))
+        wrong = (r.out_of_bounds or 0) + r.wrong
+        ok = r.out_of_bounds is not None and wrong == 0
+        measured = f"{wrong} wrong values" if r.out_of_bounds is not None else "no result footer"
+        rows.append(_row(ok, f"{test} data check", target, measured, "0 wrong", NEXT["nccl_corrupt"]))
+    return rows
+
+
+def _nccl_network(test: str, target: str, r: parsers.NcclResult) -> Check:
+    threshold = "NET/OFI provider efa, no NET/Socket"
+    provider = ", ".join(r.providers) or "none"
+    fabric = f" (fabric {', '.join(r.fabrics)})" if r.fabrics else ""
+    nics = f", {r.nics} nics" if r.nics is not None else ""
+    network = f"; network {', '.join(r.networks)}" if r.networks else ""
+    measured = f"provider {provider}{fabric}{nics}{network}"
+    ok = not r.socket_fallback and bool(r.providers) and all(p == "efa" for p in r.providers)
+    return _row(ok, f"{test} network", target, measured, threshold, NEXT["nccl_sockets"])
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
+# --- phase 3 ----------------------------------------------------------------------------------------------
+
+
+def uccl_checks(plan: Plan, th: Thresholds, key: str, run: JobRun) -> list[Check]:
+    target = f"{key} ({th.uccl_nodes} nodes)"
+    text = "\n".join(run.logs[i] for i in sorted(run.logs))
+    if run.problem and not text:
+        return [Check("UCCL-EP low latency", target, FAIL, run.problem, "job completes", stuck_next_step(plan, run.problem))]
+    r = parsers.parse_uccl_low_latency(text)
+    reason = r.errors[0] if r.errors else "no 'All correctness tests passed'"
+    correctness = Check("UCCL-EP correctness", target, PASS, "all correctness tests passed", "passes", "")
+    if not r.correctness_passed:
+        correctness = Check("UCCL-EP correctness", target, FAIL, reason, "passes", NEXT["uccl_failed"])
+    limit = f"<= {th.uccl_max_dispatch_combine_us:g} us ({th.tpot_budget_ms:g} ms TPOT / {th.moe_layers} MoE layers)"
+    worst = r.worst_dispatch_combine_us
+    if worst is None:
+        timing = Check("UCCL-EP dispatch+combine", target, FAIL, reason, limit, NEXT["uccl_failed"])
+    else:
+        split = ""
+        if r.worst_dispatch_us is not None and r.worst_combine_us is not None:
+            split = f" (dispatch {r.worst_dispatch_us:g}, combine {r.worst_combine_us:g})"
+        measured = f"{worst:g} us worst of {len(r.ranks)} ranks{split}, {th.uccl_num_tokens} tokens/rank"
+        timing = _row(worst <= th.uccl_max_dispatch_combine_us, "UCCL-EP dispatch+combine", target, measured, limit, NEXT["uccl_slow"])
+    return [correctness, timing]
+
+
+# --- all of it ----------------------------------------------------------------------------------------------
+
+
+def evaluate(
+    plan: Plan,
+    th: Thresholds,
+    *,
+    nodes: list[Node] | None,
+    runs: Mapping[str, JobRun],
+    pods: Mapping[str, int],
+    skipped: Mapping[str, str] | None = None,
+) -> list[Check]:
+    """Rows for the nodes (when listed), each Job that ran, and a SKIP row for each that did not."""
+    rows = node_checks(plan, th, nodes) if nodes is not None else []
+    for key, reason in (skipped or {}).items():
+        rows.append(Check(key, "-", SKIP, reason, "-", ""))
+    for key, run in runs.items():
+        if key.startswith("efa-"):
+            rows += efa_checks(plan, th, key.removeprefix("efa-"), run, pods[key])
+        elif key == "nccl":
+            rows += nccl_checks(plan, th, run)
+        elif key.startswith("uccl-"):
+            rows += uccl_checks(plan, th, key, run)
+    return rows
+
+
+def passed(rows: list[Check]) -> bool:
+    return all(r.status != FAIL for r in rows) and any(r.status == PASS for r in rows)

@@ -1,0 +1,474 @@
+"""The validation Jobs, rendered from the plan as plain dicts (like the serving manifests).
+
+Three phases, run one after the other because each takes the nodes' EFA devices (and GPUs):
+- `efa`: per role, an Indexed Job with one pod per node. Each pod reports the EFA devices it was
+  given (`/dev/infiniband/uverbs*`), the efa provider's domains (`fi_info`), the node's devices and
+  its locked-memory limit; then pods 2k and 2k+1 run `fi_pingpong` on the efa provider.
+- `nccl`: one pod per GPU node (both roles), all GPUs and EFA devices each; pod 0 runs
+  `all_reduce_perf` and `alltoall_perf` across every GPU through mpirun, whose daemons reach the
+  other pods through the kit's token-gated rsh agent (pdkit/fabric/agent.py; the image has no sshd).
+- `uccl`: per decode replica, UCCL-EP's low-latency dispatch/combine benchmark across the group's
+  nodes (torchrun rendezvous on pod 0), with the model's hidden size, top-k and experts.
+
+Pods get devices from the device plugins, run as the image's non-root user with no capability and no
+privilege, and mount /dev/shm as a memory emptyDir. Every pod prints what it measured and exits 0:
+the verdict is `pdkit validate`'s, from the logs (pdkit/fabric/checks.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pdkit.fabric import agent
+from pdkit.fabric.thresholds import NCCL_MAX_BYTES, NCCL_MIN_BYTES, Thresholds
+from pdkit.kube import EFA, GPU
+from pdkit.plan import ROLE_LABEL, Plan, RolePlan
+from pdkit.serving import names
+from pdkit.serving.environment import POD_INTERFACE, fabric_env
+from pdkit.serving.manifests import POD_SHARE_OF_NODE, PSS_VERSION_PREFIX, SHM_FRACTION_OF_NODE_MEMORY
+
+Obj = dict[str, Any]
+
+PHASES = ("efa", "nccl", "uccl")
+AGENT_DIR = "/opt/pdkit"
+AGENT_SOURCE = Path(agent.__file__)
+# torchrun's default rendezvous port, which uccl-ep-bench.sh also defaults to.
+TORCHRUN_PORT = 29500
+RUN_LABEL = "pdkit/validation-run"
+CHECK_LABEL = "pdkit/validation-check"
+# Set by the Job controller on every pod it creates (Kubernetes >= 1.27).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+TOKEN_PLACEHOLDER = "generated-per-run-by-pdkit-validate"  # noqa: S105 - `--render` output only; a run uses a fresh random token
+# How long each phase may run before Kubernetes stops it (and pdkit reports a timeout).
+PHASE_DEADLINE_SECONDS = {"efa": 15 * 60, "nccl": 40 * 60, "uccl": 20 * 60}
+# Finished Jobs disappear on their own an hour later, should pdkit be interrupted before its cleanup.
+TTL_AFTER_FINISHED_SECONDS = 3600
+# fi_pingpong's control-socket port (libfabric util/pingpong.c default), which efa-pingpong.sh keeps.
+PINGPONG_PORT = 47592
+PINGPONG_ITERATIONS = 10000
+PINGPONG_TIMEOUT_SECONDS = 300
+PINGPONG_CLIENT_ATTEMPTS = 60
+AGENT_WAIT_SECONDS = 600
+EFA_PROBE_CPU = "4"
+EFA_PROBE_MEMORY = "8Gi"
+NCCL_TESTS = ("all_reduce_perf", "alltoall_perf")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    key: str
+    phase: str
+    job: Obj
+    service: Obj
+    pods: int
+
+    @property
+    def name(self) -> str:
+        name: str = self.job["metadata"]["name"]
+        return name
+
+
+@dataclass(frozen=True)
+class Bundle:
+    namespace: Obj
+    shared: list[Obj]
+    jobs: list[JobSpec] = field(default_factory=list)
+
+    @property
+    def namespace_name(self) -> str:
+        name: str = self.namespace["metadata"]["name"]
+        return name
+
+    def phase(self, name: str) -> list[JobSpec]:
+        return [j for j in self.jobs if j.phase == name]
+
+    def objects(self) -> list[Obj]:
+        out = [self.namespace, *self.shared]
+        for spec in self.jobs:
+            out += [spec.service, spec.job]
+        return out
+
+
+def namespace_name(plan: Plan) -> str:
+    return f"{plan.name}-validation"
+
+
+def render(plan: Plan, th: Thresholds, *, image: str, run_id: str, token: str = TOKEN_PLACEHOLDER) -> Bundle:
+    ns = namespace_name(plan)
+    jobs = [efa_job(plan, role, th, image=image, run_id=run_id, namespace=ns) for role in plan.roles.values()]
+    jobs.append(nccl_job(plan, th, image=image, run_id=run_id, namespace=ns))
+    if plan.decode.ep_spans_nodes:
+        jobs += [uccl_job(plan, th, replica=i, image=image, run_id=run_id, namespace=ns) for i in range(plan.decode.replicas)]
+    return Bundle(namespace=namespace(plan), shared=[agent_config_map(plan, run_id, ns), agent_secret(plan, run_id, ns, token)], jobs=jobs)
+
+
+def to_yaml(objs: list[Obj]) -> str:
+    return yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=False, width=200)
+
+
+def _labels(plan: Plan, run_id: str, check: str) -> dict[str, str]:
+    return {**names.common_labels(plan, "validation"), RUN_LABEL: run_id, CHECK_LABEL: check}
+
+
+def _meta(plan: Plan, name: str, ns: str, run_id: str, check: str) -> Obj:
+    return {"name": name, "namespace": ns, "labels": _labels(plan, run_id, check)}
+
+
+def namespace(plan: Plan) -> Obj:
+    version = PSS_VERSION_PREFIX + plan.kubernetes_version
+    labels = {
+        **names.common_labels(plan, "validation"),
+        # The validation pods need no privilege: "restricted" is enforced, not only audited.
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": version,
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/warn-version": version,
+    }
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace_name(plan), "labels": labels}}
+
+
+def agent_name(run_id: str) -> str:
+    return f"agent-{run_id}"
+
+
+def agent_config_map(plan: Plan, run_id: str, ns: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(plan, agent_name(run_id), ns, run_id, "shared"),
+        "data": {"agent.py": AGENT_SOURCE.read_text()},
+    }
+
+
+def agent_secret(plan: Plan, run_id: str, ns: str, token: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(plan, agent_name(run_id), ns, run_id, "shared"),
+        "type": "Opaque",
+        "stringData": {"token": token},
+    }
+
+
+def _service(plan: Plan, name: str, ns: str, run_id: str, check: str, port: int) -> Obj:
+    """Headless: gives pod `<job>-<index>` the DNS name `<job>-<index>.<service>`, before it is ready."""
+    spec = {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": {JOB_NAME_LABEL: name},
+        "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}],
+    }
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(plan, name, ns, run_id, check), "spec": spec}
+
+
+def _toleration(role: RolePlan) -> Obj:
+    t = role.taint
+    return {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
+
+
+def _env(plan: Plan, *extra: tuple[str, str]) -> list[Obj]:
+    env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(fabric_env(plan, host_network=False).items())]
+    env += [{"name": k, "value": v} for k, v in extra]
+    env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    return env
+
+
+def _agent_env(run_id: str) -> list[Obj]:
+    return [
+        {"name": agent.PORT_ENV, "value": str(agent.DEFAULT_PORT)},
+        {"name": agent.TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": agent_name(run_id), "key": "token"}}},
+    ]
+
+
+def _container(plan: Plan, *, image: str, script: str, env: list[Obj], requests: dict[str, str], devices: dict[str, str]) -> Obj:
+    return {
+        "name": "check",
+        "image": image,
+        "command": ["/bin/bash", "-c", script],
+        "env": env,
+        "resources": {"requests": {**requests, **devices}, "limits": dict(devices)},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
+            {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
+        ],
+    }
+
+
+def _gpu_requests(plan: Plan) -> dict[str, str]:
+    it = plan.instance
+    return {"cpu": str(int(it.vcpus * POD_SHARE_OF_NODE)), "memory": f"{int(it.memory_mib * POD_SHARE_OF_NODE)}Mi"}
+
+
+def _job(
+    plan: Plan,
+    *,
+    name: str,
+    ns: str,
+    run_id: str,
+    check: str,
+    phase: str,
+    pods: int,
+    roles: list[RolePlan],
+    container: Obj,
+) -> Obj:
+    placement: Obj
+    if len(roles) == 1:
+        placement = {"nodeSelector": {**roles[0].labels, INSTANCE_TYPE_LABEL: plan.instance.name}}
+        node_affinity: Obj = {}
+    else:
+        placement = {}
+        node_affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": ROLE_LABEL, "operator": "In", "values": [r.name for r in roles]},
+                                {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [plan.instance.name]},
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    one_per_node = {"labelSelector": {"matchLabels": {JOB_NAME_LABEL: name}}, "topologyKey": HOSTNAME_TOPOLOGY}
+    shm = f"{plan.instance.memory_mib // SHM_FRACTION_OF_NODE_MEMORY}Mi"
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "subdomain": name,
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        **placement,
+        "tolerations": [_toleration(r) for r in roles],
+        "affinity": {**node_affinity, "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
+        "containers": [container],
+        "volumes": [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            {"name": "agent", "configMap": {"name": agent_name(run_id), "defaultMode": 0o444}},
+        ],
+    }
+    labels = _labels(plan, run_id, check)
+    spec = {
+        "completionMode": "Indexed",
+        "completions": pods,
+        "parallelism": pods,
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": PHASE_DEADLINE_SECONDS[phase],
+        "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_SECONDS,
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(plan, name, ns, run_id, check), "spec": spec}
+
+
+def _host(job: str, index: int) -> str:
+    return f"{job}-{index}.{job}"
+
+
+# --- phase 1: EFA devices and fi_pingpong ---------------------------------------------------------
+
+
+def efa_script(*, job: str, pods: int) -> str:
+    return f"""set -u
+idx="${{JOB_COMPLETION_INDEX}}"
+uverbs=$(ls /dev/infiniband 2>/dev/null | grep -c '^uverbs')
+domains=$(fi_info -p efa -t FI_EP_RDM 2>/dev/null | awk '/domain:/ {{print $2}}' | sort -u | wc -l)
+sysfs=$(ls /sys/class/infiniband 2>/dev/null | wc -l)
+echo "pdkit-probe index=$idx node=${{NODE_NAME}} uverbs=$uverbs efa_domains=$domains sysfs_devices=$sysfs memlock=$(ulimit -l)"
+role=none
+status=0
+if [ $((idx % 2)) -eq 0 ]; then
+  if [ $((idx + 1)) -lt {pods} ]; then
+    role=server
+    efa-pingpong.sh server
+    status=$?
+  fi
+else
+  role=client
+  peer="{job}-$((idx - 1)).{job}"
+  for attempt in $(seq 1 {PINGPONG_CLIENT_ATTEMPTS}); do
+    efa-pingpong.sh client "$peer"
+    status=$?
+    [ "$status" -eq 0 ] && break
+    sleep 2
+  done
+fi
+echo "pdkit-exit index=$idx role=$role status=$status"
+exit 0
+"""
+
+
+def efa_job(plan: Plan, role: RolePlan, th: Thresholds, *, image: str, run_id: str, namespace: str) -> JobSpec:
+    name = f"efa-{role.name}-{run_id}"
+    env = _env(plan, ("PINGPONG_ITERATIONS", str(PINGPONG_ITERATIONS)), ("PINGPONG_TIMEOUT", str(PINGPONG_TIMEOUT_SECONDS)))
+    container = _container(
+        plan,
+        image=image,
+        script=efa_script(job=name, pods=role.nodes),
+        env=env,
+        requests={"cpu": EFA_PROBE_CPU, "memory": EFA_PROBE_MEMORY},
+        devices={EFA: str(th.efa_devices_per_node)},
+    )
+    job = _job(
+        plan,
+        name=name,
+        ns=namespace,
+        run_id=run_id,
+        check=f"efa-{role.name}",
+        phase="efa",
+        pods=role.nodes,
+        roles=[role],
+        container=container,
+    )
+    service = _service(plan, name, namespace, run_id, f"efa-{role.name}", port=PINGPONG_PORT)
+    return JobSpec(key=f"efa-{role.name}", phase="efa", job=job, service=service, pods=role.nodes)
+
+
+# --- phase 2: nccl-tests across every GPU node -----------------------------------------------------
+
+
+def mpirun_argv(*, job: str, pods: int, gpus_per_node: int, test: str) -> list[str]:
+    hosts = ",".join([f"{job}-0:{gpus_per_node}"] + [f"{_host(job, i)}:{gpus_per_node}" for i in range(1, pods)])
+    return [
+        "mpirun",
+        "-np",
+        str(pods * gpus_per_node),
+        "-N",
+        str(gpus_per_node),
+        "--host",
+        hosts,
+        "--bind-to",
+        "none",
+        # mpirun starts its daemons through the agent, as it would through ssh; one level, no tree spawn.
+        "--mca",
+        "plm_rsh_agent",
+        f"python3 {AGENT_DIR}/agent.py rsh",
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        # MPI itself only bootstraps nccl-tests: keep it on TCP over the pod interface, EFA is NCCL's.
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--mca",
+        "btl_tcp_if_include",
+        POD_INTERFACE,
+        "--mca",
+        "oob_tcp_if_include",
+        POD_INTERFACE,
+        test,
+        "-b",
+        NCCL_MIN_BYTES,
+        "-e",
+        NCCL_MAX_BYTES,
+        "-f",
+        "2",
+        "-g",
+        "1",
+    ]
+
+
+def nccl_script(*, job: str, pods: int, gpus_per_node: int) -> str:
+    workers = " ".join(_host(job, i) for i in range(1, pods))
+    runs = "\n".join(
+        f'echo "pdkit-begin test={test}"\n{shlex.join(mpirun_argv(job=job, pods=pods, gpus_per_node=gpus_per_node, test=test))} 2>&1\n'
+        f'echo "pdkit-end test={test} status=$?"'
+        for test in NCCL_TESTS
+    )
+    return f"""set -u
+idx="${{JOB_COMPLETION_INDEX}}"
+if [ "$idx" -ne 0 ]; then
+  exec python3 {AGENT_DIR}/agent.py serve --idle-timeout {PHASE_DEADLINE_SECONDS["nccl"]}
+fi
+if ! python3 {AGENT_DIR}/agent.py wait --timeout {AGENT_WAIT_SECONDS} {workers}; then
+  echo "pdkit-end test=setup status=1"
+  exit 0
+fi
+{runs}
+python3 {AGENT_DIR}/agent.py stop {workers}
+exit 0
+"""
+
+
+def nccl_job(plan: Plan, th: Thresholds, *, image: str, run_id: str, namespace: str) -> JobSpec:
+    roles = list(plan.roles.values())
+    pods = sum(r.nodes for r in roles)
+    name = f"nccl-{run_id}"
+    container = _container(
+        plan,
+        image=image,
+        script=nccl_script(job=name, pods=pods, gpus_per_node=th.gpus_per_node),
+        env=_env(plan) + _agent_env(run_id),
+        requests=_gpu_requests(plan),
+        devices={GPU: str(th.gpus_per_node), EFA: str(th.efa_devices_per_node)},
+    )
+    job = _job(plan, name=name, ns=namespace, run_id=run_id, check="nccl", phase="nccl", pods=pods, roles=roles, container=container)
+    return JobSpec(
+        key="nccl", phase="nccl", job=job, service=_service(plan, name, namespace, run_id, "nccl", agent.DEFAULT_PORT), pods=pods
+    )
+
+
+# --- phase 3: UCCL-EP low-latency dispatch/combine on a decode group -------------------------------
+
+
+def uccl_script(*, job: str, pods: int, th: Thresholds) -> str:
+    bench = [
+        "uccl-ep-bench.sh",
+        "low-latency",
+        f"--num-tokens={th.uccl_num_tokens}",
+        f"--hidden={th.uccl_hidden}",
+        f"--num-topk={th.uccl_topk}",
+        f"--num-experts={th.uccl_experts}",
+    ]
+    return f"""set -u
+export NODE_RANK="${{JOB_COMPLETION_INDEX}}" NNODES={pods} MASTER_ADDR={_host(job, 0)} MASTER_PORT={TORCHRUN_PORT} GPUS_PER_NODE={th.gpus_per_node}
+{shlex.join(bench)} 2>&1
+echo "pdkit-exit index=$NODE_RANK status=$?"
+exit 0
+"""
+
+
+def uccl_job(plan: Plan, th: Thresholds, *, replica: int, image: str, run_id: str, namespace: str) -> JobSpec:
+    decode = plan.decode
+    name = f"uccl-decode-{replica}-{run_id}"
+    # UCCL-EP picks its bootstrap interface from UCCL_SOCKET_IFNAME; its README asks for it explicitly.
+    env = _env(plan, ("UCCL_SOCKET_IFNAME", POD_INTERFACE))
+    container = _container(
+        plan,
+        image=image,
+        script=uccl_script(job=name, pods=decode.nodes_per_replica, th=th),
+        env=env,
+        requests=_gpu_requests(plan),
+        devices={GPU: str(th.gpus_per_node), EFA: str(th.efa_devices_per_node)},
+    )
+    key = f"uccl-decode-{replica}"
+    job = _job(
+        plan,
+        name=name,
+        ns=namespace,
+        run_id=run_id,
+        check=key,
+        phase="uccl",
+        pods=decode.nodes_per_replica,
+        roles=[decode],
+        container=container,
+    )
+    service = _service(plan, name, namespace, run_id, key, TORCHRUN_PORT)
+    return JobSpec(key=key, phase="uccl", job=job, service=service, pods=decode.nodes_per_replica)

@@ -1,0 +1,316 @@
+"""Parsers for what the validation Jobs print, in each tool's own output format.
+
+- nccl-tests (NVIDIA/nccl-tests v2.19, src/util.cu): the result table (size, count, type, redop,
+  root, then time/algbw/busbw/#wrong out-of-place and in-place), `# Out of bounds values : N OK`,
+  `# Avg bus bandwidth : X`, plus NCCL's own INFO lines: `NET/OFI Selected provider is efa, fabric is
+  efa (found 16 nics)` (aws-ofi-nccl), `Using network Libfabric` or `Using network Socket`.
+- fi_pingpong (libfabric util/pingpong.c `show_perf`): `bytes #sent #ack total time MB/sec
+  usec/xfer Mxfers/sec` rows such as `64  1k  =1k  125k  0.02s  6.48  9.88  0.10`.
+- UCCL-EP `ep/bench/test_low_latency.py`: `[rank N] Dispatch + combine bandwidth: X GB/s, avg_t=Y
+  us, ...`, `[rank N] Dispatch bandwidth: X GB/s, avg_t=Y us | Combine bandwidth: ...` and
+  `All correctness tests passed!`.
+- The kit's own probe lines (`pdkit-probe key=value ...`, `pdkit-exit ...`) from the Job scripts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+# --- nccl-tests ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NcclRow:
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    oop_time_us: float
+    oop_algbw: float
+    oop_busbw: float
+    oop_wrong: int | None
+    ip_time_us: float
+    ip_algbw: float
+    ip_busbw: float
+    ip_wrong: int | None
+
+    @property
+    def busbw(self) -> float:
+        return max(self.oop_busbw, self.ip_busbw)
+
+
+@dataclass(frozen=True)
+class NcclResult:
+    test: str | None
+    rows: tuple[NcclRow, ...]
+    avg_busbw: float | None
+    out_of_bounds: int | None
+    providers: tuple[str, ...]
+    fabrics: tuple[str, ...]
+    nics: int | None
+    networks: tuple[str, ...]
+    socket_fallback: bool
+    warnings: tuple[str, ...] = field(default=())
+
+    def large_message_busbw(self, min_bytes: int) -> tuple[int, float] | None:
+        """(size, busbw) of the best row at or above `min_bytes`, else of the largest size measured."""
+        if not self.rows:
+            return None
+        large = [r for r in self.rows if r.size >= min_bytes] or [max(self.rows, key=lambda r: r.size)]
+        best = max(large, key=lambda r: r.busbw)
+        return best.size, best.busbw
+
+    @property
+    def wrong(self) -> int:
+        return sum((r.oop_wrong or 0) + (r.ip_wrong or 0) for r in self.rows)
+
+
+_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w.-]+?),? (?:fabric is (\S+) )?\(found (\d+) nics\)")
+_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
+_AVG_BUSBW = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({_NUM})")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
+_TEST_START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_NCCL_WARN = re.compile(r"NCCL WARN (.+)$")
+
+
+def _wrong(cell: str) -> int | None:
+    return None if cell == "N/A" else int(float(cell))
+
+
+def parse_nccl_tests(text: str) -> NcclResult:
+    rows: list[NcclRow] = []
+    providers: list[str] = []
+    fabrics: list[str] = []
+    networks: list[str] = []
+    warnings: list[str] = []
+    nics: int | None = None
+    avg: float | None = None
+    oob: int | None = None
+    test: str | None = None
+    socket = False
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if m := _PROVIDER.search(line):
+            providers.append(m.group(1))
+            if m.group(2):
+                fabrics.append(m.group(2))
+            nics = int(m.group(3))
+            continue
+        if m := _NETWORK.search(line):
+            networks.append(m.group(1))
+            socket = socket or m.group(1) == "Socket"
+            continue
+        if "NET/Socket" in line and "NCCL INFO" in line:
+            socket = True
+            continue
+        if m := _NCCL_WARN.search(line):
+            warnings.append(m.group(1).strip())
+            continue
+        stripped = line.strip()
+        if m := _AVG_BUSBW.match(stripped):
+            avg = float(m.group(1))
+            continue
+        if m := _OOB.match(stripped):
+            oob = int(m.group(1))
+            continue
+        if m := _TEST_START.match(stripped):
+            test = m.group(1)
+            continue
+        if stripped.startswith("#"):
+            continue
+        row = _nccl_row(stripped.split())
+        if row is not None:
+            rows.append(row)
+    return NcclResult(
+        test=test,
+        rows=tuple(rows),
+        avg_busbw=avg,
+        out_of_bounds=oob,
+        providers=tuple(dict.fromkeys(providers)),
+        fabrics=tuple(dict.fromkeys(fabrics)),
+        nics=nics,
+        networks=tuple(dict.fromkeys(networks)),
+        socket_fallback=socket,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+
+
+def _nccl_row(f: list[str]) -> NcclRow | None:
+    if len(f) < 13 or not f[0].isdigit() or not f[1].isdigit():
+        return None
+    try:
+        return NcclRow(
+            size=int(f[0]),
+            count=int(f[1]),
+            dtype=f[2],
+            redop=f[3],
+            root=int(f[4]),
+            oop_time_us=float(f[5]),
+            oop_algbw=float(f[6]),
+            oop_busbw=float(f[7]),
+            oop_wrong=_wrong(f[8]),
+            ip_time_us=float(f[9]),
+            ip_algbw=float(f[10]),
+            ip_busbw=float(f[11]),
+            ip_wrong=_wrong(f[12]),
+        )
+    except ValueError:
+        return None
+
+
+# --- fi_pingpong ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PingpongRow:
+    size: int
+    sent: int
+    acked: int
+    mb_per_s: float
+    usec_per_xfer: float
+
+
+@dataclass(frozen=True)
+class PingpongResult:
+    rows: tuple[PingpongRow, ...]
+    errors: tuple[str, ...]
+
+    def latency_us(self, size: int) -> float | None:
+        for row in self.rows:
+            if row.size == size:
+                return row.usec_per_xfer
+        return None
+
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_COUNT_UNITS = {"": 1, "k": 1000, "m": 1000**2, "b": 1000**3}
+_PP_ROW = re.compile(rf"^(\d+(?:\.\d)?[kmg]?)\s+(\d+[kmb]?)\s+([=+-])(\d+[kmb]?)\s+\S+\s+({_NUM})s\s+({_NUM})\s+({_NUM})\s+({_NUM})$")
+_PP_ERROR = re.compile(r"(\w+\(\): .*ret=-?\d+.*|\[error\].*|efa-pingpong: .*|.*timeout expired.*)")
+
+
+def _scaled(token: str, units: dict[str, int]) -> int:
+    suffix = token[-1] if token[-1].isalpha() else ""
+    number = token[: -len(suffix)] if suffix else token
+    return int(float(number) * units[suffix])
+
+
+def parse_fi_pingpong(text: str) -> PingpongResult:
+    rows: list[PingpongRow] = []
+    errors: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if m := _PP_ROW.match(line):
+            sent = _scaled(m.group(2), _COUNT_UNITS)
+            diff = _scaled(m.group(4), _COUNT_UNITS)
+            acked = diff if m.group(3) == "=" else sent + diff if m.group(3) == "-" else sent - diff
+            rows.append(
+                PingpongRow(
+                    size=_scaled(m.group(1), _SIZE_UNITS),
+                    sent=sent,
+                    acked=acked,
+                    mb_per_s=float(m.group(6)),
+                    usec_per_xfer=float(m.group(7)),
+                )
+            )
+        elif _PP_ERROR.match(line):
+            errors.append(line)
+    return PingpongResult(rows=tuple(rows), errors=tuple(errors))
+
+
+# --- UCCL-EP low-latency bench -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UcclRank:
+    rank: int
+    dispatch_combine_us: float | None = None
+    dispatch_combine_gbps: float | None = None
+    dispatch_us: float | None = None
+    combine_us: float | None = None
+
+
+@dataclass(frozen=True)
+class UcclResult:
+    ranks: tuple[UcclRank, ...]
+    correctness_passed: bool
+    errors: tuple[str, ...]
+
+    @property
+    def worst_dispatch_combine_us(self) -> float | None:
+        values = [r.dispatch_combine_us for r in self.ranks if r.dispatch_combine_us is not None]
+        return max(values) if values else None
+
+    @property
+    def worst_dispatch_us(self) -> float | None:
+        values = [r.dispatch_us for r in self.ranks if r.dispatch_us is not None]
+        return max(values) if values else None
+
+    @property
+    def worst_combine_us(self) -> float | None:
+        values = [r.combine_us for r in self.ranks if r.combine_us is not None]
+        return max(values) if values else None
+
+
+_UCCL_BOTH = re.compile(rf"\[rank (\d+)\] Dispatch \+ combine bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us")
+_UCCL_SPLIT = re.compile(
+    rf"\[rank (\d+)\] Dispatch bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us \| Combine bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us"
+)
+_UCCL_ERROR = re.compile(r"(Traceback \(most recent call last\)|\w*Error: .*|AssertionError.*|.*CUDA error.*)")
+
+
+def parse_uccl_low_latency(text: str) -> UcclResult:
+    ranks: dict[int, UcclRank] = {}
+    errors: list[str] = []
+    passed = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if m := _UCCL_BOTH.search(line):
+            rank = int(m.group(1))
+            old = ranks.get(rank, UcclRank(rank))
+            ranks[rank] = UcclRank(rank, float(m.group(3)), float(m.group(2)), old.dispatch_us, old.combine_us)
+        elif m := _UCCL_SPLIT.search(line):
+            rank = int(m.group(1))
+            old = ranks.get(rank, UcclRank(rank))
+            ranks[rank] = UcclRank(rank, old.dispatch_combine_us, old.dispatch_combine_gbps, float(m.group(3)), float(m.group(5)))
+        elif "All correctness tests passed" in line:
+            passed = True
+        elif _UCCL_ERROR.match(line):
+            errors.append(line)
+    return UcclResult(ranks=tuple(ranks[k] for k in sorted(ranks)), correctness_passed=passed, errors=tuple(dict.fromkeys(errors)))
+
+
+# --- the kit's own markers -----------------------------------------------------------------------
+
+_KV = re.compile(r"(\w+)=(\S*)")
+
+
+def marker_lines(text: str, marker: str) -> list[dict[str, str]]:
+    """`marker key=value ...` lines as dicts, in order."""
+    prefix = marker + " "
+    return [dict(_KV.findall(line.strip()[len(prefix) :])) for line in text.splitlines() if line.strip().startswith(prefix)]
+
+
+def sections(text: str, begin: str, end: str, key: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """Text between `begin key=K ...` and `end key=K ...` lines, by K, with the end line's fields."""
+    out: dict[str, tuple[str, dict[str, str]]] = {}
+    current: str | None = None
+    buf: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(begin + " "):
+            current = dict(_KV.findall(stripped[len(begin) + 1 :])).get(key)
+            buf = []
+        elif stripped.startswith(end + " ") and current is not None:
+            fields = dict(_KV.findall(stripped[len(end) + 1 :]))
+            out[current] = ("\n".join(buf), fields)
+            current = None
+        elif current is not None:
+            buf.append(line)
+    if current is not None:
+        out[current] = ("\n".join(buf), {})
+    return out

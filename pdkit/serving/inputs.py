@@ -1,0 +1,72 @@
+"""What the serving renderer needs beyond the plan's decisions: image URIs (the plan names the
+repositories and tags; the registry's account resolves at deploy), the weights location, and the
+hostNetwork switch.
+
+Read from the plan where it carries them, else from one clearly named attribute, else a documented
+placeholder:
+- `plan.images["sglang-efa"]`: the serving image (repository and tag from containers/versions.yaml);
+- `plan.images["router"]`, when the images issue adds a small router image (else the serving image,
+  which also carries the router);
+- `plan.weights.bucket` / `plan.weights.prefix`: where `pdkit weights import` puts the checkpoint;
+- `plan.profile.serving.host_network`: the hostNetwork switch (default off).
+
+`pdkit render --registry/--image/--router-image/--weights-bucket` override them for plain-YAML users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pdkit.plan import Plan
+from pdkit.serving.weights_manifest import MANIFEST_NAME
+
+# Stands in for the account until the profile names one; a CDK deploy passes the real registry.
+PLACEHOLDER_ACCOUNT = "000000000000"
+SERVING_IMAGE = "sglang-efa"
+ROUTER_IMAGE = "router"
+
+
+@dataclass(frozen=True)
+class ServingInputs:
+    image: str
+    router_image: str
+    weights_bucket: str
+    weights_prefix: str
+    host_network: bool
+
+    @property
+    def manifest_key(self) -> str:
+        return f"{self.weights_prefix}{MANIFEST_NAME}"
+
+
+def default_registry(plan: Plan) -> str:
+    return f"{plan.account or PLACEHOLDER_ACCOUNT}.dkr.ecr.{plan.region}.amazonaws.com"
+
+
+def from_plan(
+    plan: Plan,
+    *,
+    registry: str | None = None,
+    image: str | None = None,
+    router_image: str | None = None,
+    weights_bucket: str | None = None,
+) -> ServingInputs:
+    registry = registry or default_registry(plan)
+    weights: Any = getattr(plan, "weights", None)
+    serving = image or plan.images[SERVING_IMAGE].uri(registry)
+    router = router_image or (plan.images[ROUTER_IMAGE].uri(registry) if ROUTER_IMAGE in plan.images else serving)
+    return ServingInputs(
+        image=serving,
+        router_image=router,
+        weights_bucket=weights_bucket
+        or getattr(weights, "bucket", None)
+        or f"{plan.name}-weights-{plan.account or PLACEHOLDER_ACCOUNT}-{plan.region}",
+        weights_prefix=getattr(weights, "prefix", None) or weights_prefix(plan),
+        host_network=bool(getattr(plan.profile.serving, "host_network", False)),
+    )
+
+
+def weights_prefix(plan: Plan) -> str:
+    """One folder per model and revision, so a new revision never overwrites a staged one."""
+    return f"models/{plan.model.id}/{plan.profile.model.revision}/"

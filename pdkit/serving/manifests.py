@@ -1,0 +1,403 @@
+"""The Kubernetes objects of one deployment, rendered from the plan as plain dicts.
+
+The CDK cluster stack applies them (`render`) and `pdkit render` writes them as YAML for kubectl and
+GitOps users. Security posture, each choice explained in runbooks/02-serve.md ("Pod security"):
+- GPUs and EFA devices come from the device plugins (`nvidia.com/gpu`, `vpc.amazonaws.com/efa`):
+  no privileged container, no hostPath to /dev, no added capability. The SGLang process runs as the
+  image's non-root user, for which Kubernetes cannot make an added capability effective anyway (no
+  ambient capabilities), so EFA's locked-memory need is met by the node's containerd limit; the
+  container checks that limit before SGLang starts.
+- The namespace enforces Pod Security "baseline" (audited against "restricted"). The weights volume
+  is a PersistentVolume the kit creates on the node's NVMe, so pods mount a claim, not a hostPath.
+- hostNetwork is off; turning it on (plan.profile.serving.host_network) also lowers the namespace to
+  "privileged", which hostNetwork requires.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+
+from pdkit.node_config import NVME_MOUNT
+from pdkit.plan import ROLE_LABEL, Plan, RolePlan
+from pdkit.serving import names
+from pdkit.serving.environment import fabric_env
+from pdkit.serving.inputs import ServingInputs
+from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT, router_argv
+from pdkit.serving.sglang_args import (
+    BOOTSTRAP_PORT,
+    DIST_INIT_PORT,
+    SGLANG_PORT,
+    WEIGHTS_ROOT,
+    launch_argv,
+    model_dir,
+    role_env,
+)
+
+Obj = dict[str, Any]
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# nodeadm `localStorage.strategy: RAID0` mounts the instance NVMe array at <NVME_MOUNT>0 (EKS AL2023 AMI).
+NODE_WEIGHTS_DIR = f"{NVME_MOUNT}0/pdkit-weights"
+SHM_FRACTION_OF_NODE_MEMORY = 8  # /dev/shm sized to 1/8 of the node's memory (NCCL, torch IPC)
+POD_SHARE_OF_NODE = 0.75  # CPU and memory requested; the rest is for kubelet and the node's daemons
+# SGLang answers /health with a one-token generation that may take SGLANG_HEALTH_CHECK_TIMEOUT (20 s).
+HEALTH_TIMEOUT_SECONDS = 25
+STARTUP_PERIOD_SECONDS = 30
+# A failed liveness check restarts the whole group (RecreateGroupOnPodRestart) and reloads ~760 GB:
+# only after five minutes of consecutive failures.
+LIVENESS_PERIOD_SECONDS = 60
+LIVENESS_FAILURES = 5
+LB_CONTROLLER_CLASS = "service.k8s.aws/nlb"
+PSS_VERSION_PREFIX = "v"
+
+# EFA registers host buffers with the NIC, which counts against RLIMIT_MEMLOCK for a non-root
+# process; a small limit fails deep inside libfabric/NCCL. Say so before SGLang starts.
+MEMLOCK_CHECK = (
+    'limit="$(ulimit -l)"; if [ "$limit" != unlimited ]; then '
+    'echo "pdkit: the locked-memory limit is ${limit} KiB; EFA needs it unlimited. '
+    "Fix: set RLIMIT_MEMLOCK unlimited in the GPU nodes' containerd base runtime spec (runbooks/02-serve.md, Pod security)\" >&2; "
+    'exit 78; fi; exec "$@"'
+)
+
+
+def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
+    """Every object, in apply order (namespace and cluster-scoped objects first)."""
+    objs: list[Obj] = [
+        namespace(plan, inputs),
+        service_account(plan, "weights-reader", "weights read-only: EKS Pod Identity association made by the cluster stack"),
+        service_account(plan, "router", "none: the router calls no AWS API"),
+        fabric_config_map(plan, inputs),
+        weights_volume(plan),
+        weights_claim(plan),
+    ]
+    for role in plan.roles.values():
+        objs.append(leader_worker_set(plan, role, inputs))
+    for role in plan.roles.values():
+        objs.append(role_disruption_budget(plan, role))
+    objs += [router_deployment(plan, inputs), router_disruption_budget(plan), router_service(plan)]
+    return objs
+
+
+def to_yaml(objs: list[Obj]) -> str:
+    return yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=False, width=200)
+
+
+def _meta(plan: Plan, name: str, component: str, *, namespaced: bool = True, **extra: Any) -> Obj:
+    meta: Obj = {"name": name}
+    if namespaced:
+        meta["namespace"] = names.namespace(plan)
+    meta["labels"] = names.common_labels(plan, component)
+    meta.update(extra)
+    return meta
+
+
+def namespace(plan: Plan, inputs: ServingInputs) -> Obj:
+    version = PSS_VERSION_PREFIX + plan.kubernetes_version
+    # hostNetwork is forbidden by "baseline": the switch has to lower enforcement with it.
+    enforce = "privileged" if inputs.host_network else "baseline"
+    labels = {
+        "pod-security.kubernetes.io/enforce": enforce,
+        "pod-security.kubernetes.io/enforce-version": version,
+        "pod-security.kubernetes.io/warn": enforce,
+        "pod-security.kubernetes.io/warn-version": version,
+        "pod-security.kubernetes.io/audit": "restricted",
+        "pod-security.kubernetes.io/audit-version": version,
+    }
+    # Several deployments may share the namespace: no deployment-specific label on it.
+    meta = {"name": names.namespace(plan), "labels": {names.MANAGED_BY_LABEL: "pdkit", **labels}}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def service_account(plan: Plan, purpose: str, aws_access: str) -> Obj:
+    # EKS Pod Identity binds the role through an association on (namespace, service account), not an
+    # annotation; this annotation only tells a reader which association to expect.
+    meta = _meta(plan, names.service_account(plan, purpose), purpose, annotations={"pdkit/pod-identity": aws_access})
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False}
+
+
+def fabric_config_map(plan: Plan, inputs: ServingInputs) -> Obj:
+    env = fabric_env(plan, host_network=inputs.host_network)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(plan, names.config_map(plan), "sglang"), "data": env}
+
+
+def _weights_capacity(plan: Plan) -> str:
+    return f"{math.ceil(plan.model.checkpoint_gb * 1.25)}G"
+
+
+def weights_volume_name(plan: Plan) -> str:
+    return f"{names.namespace(plan)}-{names.weights_claim(plan)}"
+
+
+def weights_volume(plan: Plan) -> Obj:
+    """The node's NVMe directory as a PersistentVolume: it outlives pods (a restarted group finds its
+    weights staged) and keeps hostPath out of the pod spec. Pre-bound to the kit's claim only."""
+    spec = {
+        "capacity": {"storage": _weights_capacity(plan)},
+        "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "volumeMode": "Filesystem",
+        "claimRef": {"namespace": names.namespace(plan), "name": names.weights_claim(plan)},
+        "hostPath": {"path": NODE_WEIGHTS_DIR, "type": "DirectoryOrCreate"},
+    }
+    meta = _meta(plan, weights_volume_name(plan), "weights", namespaced=False)
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": spec}
+
+
+def weights_claim(plan: Plan) -> Obj:
+    spec = {
+        "accessModes": ["ReadWriteMany"],
+        "storageClassName": "",
+        "volumeName": weights_volume_name(plan),
+        "resources": {"requests": {"storage": _weights_capacity(plan)}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(plan, names.weights_claim(plan), "weights"),
+        "spec": spec,
+    }
+
+
+def startup_failure_threshold(plan: Plan) -> int:
+    """Probes start after staging; the budget covers loading the shard, CUDA graphs and warm-up."""
+    return math.ceil(plan.estimates.startup_budget_minutes * 60 / STARTUP_PERIOD_SECONDS)
+
+
+def _health_probe(period: int, failures: int) -> Obj:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": HEALTH_TIMEOUT_SECONDS,
+        "failureThreshold": failures,
+    }
+
+
+def _pod_labels(plan: Plan, role: RolePlan) -> dict[str, str]:
+    return {**names.common_labels(plan, "sglang"), ROLE_LABEL: role.name}
+
+
+def _sglang_container(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
+    it = plan.instance
+    devices = {GPU_RESOURCE: str(role.gpus_per_node), EFA_RESOURCE: str(role.efa_devices_per_node)}
+    ports = [{"name": "http", "containerPort": SGLANG_PORT}, {"name": "dist-init", "containerPort": DIST_INIT_PORT}]
+    if role.name == "prefill":
+        ports.append({"name": "bootstrap", "containerPort": BOOTSTRAP_PORT})
+    env = [{"name": k, "value": v} for k, v in sorted(role_env(plan, role.name).items())]
+    container: Obj = {
+        "name": "sglang",
+        "image": inputs.image,
+        "command": ["/bin/sh", "-c", MEMLOCK_CHECK, "pdkit-memlock-check"],
+        "args": launch_argv(plan, role.name),
+        "ports": ports,
+        "envFrom": [{"configMapRef": {"name": names.config_map(plan)}}],
+        "resources": {
+            "requests": {
+                "cpu": str(int(it.vcpus * POD_SHARE_OF_NODE)),
+                "memory": f"{int(it.memory_mib * POD_SHARE_OF_NODE)}Mi",
+                **devices,
+            },
+            "limits": dict(devices),
+        },
+        "startupProbe": _health_probe(STARTUP_PERIOD_SECONDS, startup_failure_threshold(plan)),
+        "readinessProbe": _health_probe(30, 2),
+        "livenessProbe": _health_probe(LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURES),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "weights", "mountPath": WEIGHTS_ROOT, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
+        ],
+    }
+    if env:
+        container["env"] = env
+    return container
+
+
+def _staging_container(plan: Plan, inputs: ServingInputs) -> Obj:
+    return {
+        "name": "stage-weights",
+        "image": inputs.image,
+        "command": [
+            "python3",
+            "-m",
+            "pdkit.serving.staging",
+            "--bucket",
+            inputs.weights_bucket,
+            "--prefix",
+            inputs.weights_prefix,
+            "--dest",
+            model_dir(plan),
+            "--region",
+            plan.region,
+        ],
+        "resources": {"requests": {"cpu": "32", "memory": "32Gi"}},
+        # Root only to write into the root-owned node directory; no capability, no escalation.
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": "weights", "mountPath": WEIGHTS_ROOT}],
+    }
+
+
+def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
+    labels = _pod_labels(plan, role)
+    toleration = {"key": role.taint["key"], "operator": "Equal", "value": role.taint["value"], "effect": role.taint["effect"]}
+    one_per_node = {
+        "labelSelector": {"matchLabels": {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    shm = f"{plan.instance.memory_mib // SHM_FRACTION_OF_NODE_MEMORY}Mi"
+    spec: Obj = {
+        "serviceAccountName": names.service_account(plan, "weights-reader"),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        "nodeSelector": {**role.labels, "node.kubernetes.io/instance-type": plan.instance.name},
+        "tolerations": [toleration],
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
+        "initContainers": [_staging_container(plan, inputs)],
+        "containers": [_sglang_container(plan, role, inputs)],
+        "volumes": [
+            {"name": "weights", "persistentVolumeClaim": {"claimName": names.weights_claim(plan)}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+        ],
+    }
+    if inputs.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def leader_worker_set(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
+    spec = {
+        "replicas": role.replicas,
+        # Workers must start with the leader: SGLang's ranks rendezvous before the leader can ever be
+        # Ready, so LeaderReady would wait forever.
+        "startupPolicy": "LeaderCreated",
+        # No spare GPU nodes to surge onto inside a Capacity Block: replace one group at a time.
+        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+        "networkConfig": {"subdomainPolicy": "Shared"},
+        "leaderWorkerTemplate": {
+            "size": role.nodes_per_replica,
+            # A restarted rank cannot rejoin the NCCL/EP groups of the others: restart the group together.
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "workerTemplate": sglang_pod_template(plan, role, inputs),
+        },
+    }
+    meta = _meta(plan, names.lws_name(plan, role.name), "sglang")
+    meta["labels"][ROLE_LABEL] = role.name
+    return {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta, "spec": spec}
+
+
+def role_disruption_budget(plan: Plan, role: RolePlan) -> Obj:
+    """Voluntary evictions may take down all groups but one (none with a single group). The end-of-block
+    drain never meets this budget: it scales the LeaderWorkerSets to zero first (pdkit/serving/drain.py),
+    which deletes the pods rather than evicting them. Not-ready pods can always be evicted."""
+    spec = {
+        "maxUnavailable": (role.replicas - 1) * role.nodes_per_replica,
+        "selector": {"matchLabels": {names.LWS_NAME_LABEL: names.lws_name(plan, role.name)}},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    meta = _meta(plan, names.lws_name(plan, role.name), "sglang")
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta, "spec": spec}
+
+
+def _router_labels(plan: Plan) -> dict[str, str]:
+    return {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "router"}
+
+
+def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
+    router = plan.profile.serving.router
+    labels = names.common_labels(plan, "router")
+    container = {
+        "name": "router",
+        "image": inputs.router_image,
+        "command": router_argv(plan),
+        "ports": [{"name": "http", "containerPort": ROUTER_PORT}, {"name": "metrics", "containerPort": ROUTER_METRICS_PORT}],
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+        "startupProbe": {"httpGet": {"path": "/liveness", "port": "http"}, "periodSeconds": 5, "failureThreshold": 24},
+        "livenessProbe": {"httpGet": {"path": "/liveness", "port": "http"}, "periodSeconds": 20, "failureThreshold": 3},
+        # Ready once at least one worker pair answers /health: the load balancer waits for the model.
+        "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 - an emptyDir, not the host's /tmp
+    }
+    pod_spec = {
+        "serviceAccountName": names.service_account(plan, "router"),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        # The on-demand system nodes, never the GPU nodes of the block.
+        "nodeSelector": dict(plan.system_node_labels),
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": _router_labels(plan)},
+            }
+        ],
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+    }
+    spec = {
+        "replicas": router.replicas,
+        "selector": {"matchLabels": _router_labels(plan)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(plan, names.router_name(plan), "router"), "spec": spec}
+
+
+def router_disruption_budget(plan: Plan) -> Obj:
+    spec = {"maxUnavailable": 1, "selector": {"matchLabels": _router_labels(plan)}}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(plan, names.router_name(plan), "router"),
+        "spec": spec,
+    }
+
+
+def router_service(plan: Plan) -> Obj:
+    """Internal-only NLB from the AWS Load Balancer Controller, straight to the router pods' IPs."""
+    annotations = {
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-protocol": "http",
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-path": "/readiness",
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-port": "traffic-port",
+    }
+    spec = {
+        "type": "LoadBalancer",
+        "loadBalancerClass": LB_CONTROLLER_CLASS,
+        # IP targets need no node ports: none are opened on the nodes.
+        "allocateLoadBalancerNodePorts": False,
+        "loadBalancerSourceRanges": [str(plan.profile.network.vpc_cidr)],
+        "selector": _router_labels(plan),
+        "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+    }
+    meta = _meta(plan, names.router_name(plan), "router", annotations=annotations)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}

@@ -1,0 +1,174 @@
+"""SGLang 0.5.23 command lines for the prefill and decode roles, rendered from the plan.
+
+Every flag here is spelled the way SGLang 0.5.23 accepts it; `make conformance` feeds each rendered
+command line to SGLang's own `prepare_server_args` + `ServerArgs.resolve_once()`.
+"""
+
+from __future__ import annotations
+
+from pdkit.errors import ProfileError
+from pdkit.plan import Plan, RolePlan
+
+SGLANG_VERSION = "0.5.23"
+SGLANG_PORT = 30000
+# Prefill's bootstrap server; the router hands this port to decode with every request.
+BOOTSTRAP_PORT = 8998
+# torch.distributed rendezvous on the group's leader (LWS_LEADER_ADDRESS).
+DIST_INIT_PORT = 20000
+WEIGHTS_ROOT = "/models"
+# interleave is the strategy validated for GLM-5.1 and the only one SGLang accepts for DeepSeek-V3.2's DSA.
+CP_STRATEGY = "interleave"
+# LeaderWorkerSet injects these into every container; kubelet expands $(VAR) in args.
+LWS_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+LWS_GROUP_SIZE = "$(LWS_GROUP_SIZE)"
+LWS_WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+
+# Spellings public LWS/RBG/OME manifests still use and SGLang 0.5.23's parser rejects, with the
+# 0.5.23 spelling. `--nsa-*` is a prefix (every NSA backend flag became `--dsa-*`).
+REJECTED_SPELLINGS = {
+    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (the old name is ambiguous in 0.5.23)",
+    "--enable-nsa-prefill-context-parallel": "--enable-prefill-cp --cp-strategy interleave --attn-cp-size N",
+    "--nsa-": "--dsa-prefill-backend / --dsa-decode-backend",
+    "--enable-deepep-moe": "--moe-a2a-backend deepep",
+}
+# Accepted by 0.5.23 but deprecated: rewritten internally, so the kit never renders them.
+DEPRECATED_SPELLINGS = {
+    "--enable-dp-attention": "--attn-dp-size N",
+    "--dp-size": "--attn-dp-size N (multi-node DP replicas are refused)",
+    "--disable-cuda-graph": "--cuda-graph-backend-decode disabled",
+}
+
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+
+
+def model_dir(plan: Plan) -> str:
+    """Where the staged checkpoint sits inside the pod (the node-local weights volume)."""
+    return f"{WEIGHTS_ROOT}/{plan.model.id.replace('/', '--')}"
+
+
+def served_model_name(plan: Plan) -> str:
+    return plan.profile.model.served_name or plan.model.id
+
+
+def launch_argv(plan: Plan, role: str) -> list[str]:
+    """The container command of one role's SGLang server (leader and workers run the same one)."""
+    check_mtp_pairing(plan)
+    r = plan.roles[role]
+    s = r.settings
+    kv = plan.profile.serving.kv_transfer
+    argv = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_dir(plan),
+        "--served-model-name",
+        served_model_name(plan),
+        "--device",
+        "cuda",
+        "--host",
+        "0.0.0.0",  # noqa: S104 - the pod IP; the Service and the router reach it there
+        "--port",
+        str(SGLANG_PORT),
+        "--disaggregation-mode",
+        role,
+        "--disaggregation-transfer-backend",
+        kv,
+        "--disaggregation-bootstrap-port",
+        str(BOOTSTRAP_PORT),
+        "--dist-init-addr",
+        f"{LWS_LEADER_ADDRESS}:{DIST_INIT_PORT}",
+        "--nnodes",
+        LWS_GROUP_SIZE,
+        "--node-rank",
+        LWS_WORKER_INDEX,
+        *parallelism_flags(r),
+        "--context-length",
+        str(r.context_length),
+        "--mem-fraction-static",
+        f"{r.mem_fraction_static:g}",
+        "--max-running-requests",
+        str(r.max_running_requests),
+    ]
+    if s.chunked_prefill_size is not None:
+        argv += ["--chunked-prefill-size", str(s.chunked_prefill_size)]
+    if s.cuda_graph_max_bs is not None:
+        argv += ["--cuda-graph-max-bs-decode", str(s.cuda_graph_max_bs)]
+    if s.two_batch_overlap:
+        argv += ["--enable-two-batch-overlap"]
+    if s.mtp.enabled:
+        argv += [
+            "--speculative-algorithm",
+            "EAGLE",
+            "--speculative-num-steps",
+            str(s.mtp.steps),
+            "--speculative-eagle-topk",
+            str(s.mtp.topk),
+            "--speculative-num-draft-tokens",
+            str(s.mtp.draft_tokens),
+        ]
+    argv += [
+        "--reasoning-parser",
+        plan.model.reasoning_parser,
+        "--tool-call-parser",
+        plan.model.tool_call_parser,
+        "--enable-metrics",
+    ]
+    return argv
+
+
+def parallelism_flags(r: RolePlan) -> list[str]:
+    # `--tp` works only as an argparse abbreviation of --tp-size; a future --tp-* flag would make it ambiguous.
+    flags = ["--tp-size", str(r.tp)]
+    if r.pp > 1:
+        flags += ["--pp-size", str(r.pp)]
+    if r.attn_cp > 1:
+        flags += ["--attn-cp-size", str(r.attn_cp), "--enable-prefill-cp", "--cp-strategy", CP_STRATEGY]
+    if r.attn_dp > 1:
+        flags += ["--attn-dp-size", str(r.attn_dp)]
+    if r.moe_a2a_backend == "deepep":
+        # DeepEP (UCCL-EP on EFA) sizes EP from TP itself; the plan already made ep = tp.
+        flags += ["--moe-a2a-backend", "deepep", "--deepep-mode", str(r.deepep_mode)]
+    elif r.ep > 1:
+        flags += ["--ep-size", str(r.ep)]
+    return flags
+
+
+def role_env(plan: Plan, role: str) -> dict[str, str]:
+    """Environment only this role needs (everything shared is in the ConfigMap)."""
+    env: dict[str, str] = {}
+    if plan.roles[role].settings.mtp.enabled:
+        # SGLang's GLM-5.1 recipe runs EAGLE MTP on the v2 speculative worker.
+        env[SPEC_V2_ENV] = "1"
+    return env
+
+
+def check_mtp_pairing(plan: Plan) -> None:
+    """Decode's EAGLE starts from the draft KV and hidden states that prefill computes and sends with
+    the KV cache, so both roles run the same MTP settings or neither does.
+
+    (A cross-role rule that belongs in plan.py; kept here until the plan has it.)
+    """
+    prefill, decode = plan.prefill.settings.mtp, plan.decode.settings.mtp
+    if prefill == decode or not (prefill.enabled or decode.enabled):
+        return
+    if decode.enabled and not prefill.enabled:
+        raise ProfileError(
+            "roles.prefill.mtp.enabled",
+            False,
+            "decode runs EAGLE MTP but prefill does not; SGLang's prefill computes the draft model's KV and hidden states that decode's first speculative step starts from",
+            f"set roles.prefill.mtp to the decode settings (enabled: true, steps: {decode.steps}, topk: {decode.topk}, draft_tokens: {decode.draft_tokens})",
+        )
+    if prefill.enabled and not decode.enabled:
+        raise ProfileError(
+            "roles.decode.mtp.enabled",
+            False,
+            "prefill runs EAGLE MTP but decode does not; the draft KV it sends has nowhere to go",
+            "enable roles.decode.mtp too, or disable roles.prefill.mtp",
+        )
+    raise ProfileError(
+        "roles.prefill.mtp",
+        prefill.model_dump(),
+        f"differs from roles.decode.mtp ({decode.model_dump()}); the draft KV layout must match on both sides",
+        "use the same steps, topk and draft_tokens on both roles",
+    )

@@ -1,0 +1,64 @@
+"""Observability: serving metrics in Amazon Managed Service for Prometheus (managed collector), the
+serving figures and the Capacity Block clock in CloudWatch, two dashboards and the alarms that page
+through the kit's encrypted SNS topic.
+
+Infrastructure metrics (GPU, EFA, nodes, pods) come from the Container Insights add-on, which the
+cluster stack installs (stacks/observability_addon.py). Why the pieces sit where they do:
+runbooks/06-observability.md, "How it fits together".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from pdkit.plan import Plan
+from stacks.capacity_stack import CapacityStack
+from stacks.cluster_stack import ClusterStack
+from stacks.encrypted_log_group import logs_key
+from stacks.network_stack import NetworkStack
+from stacks.observability_alarms import Alarms
+from stacks.observability_dashboards import Dashboards
+from stacks.observability_functions import BlockClock, ServingMetrics
+from stacks.observability_prometheus import ServingPrometheus
+
+
+class ObservabilityStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        plan: Plan,
+        network: NetworkStack,
+        cluster: ClusterStack,
+        capacity: CapacityStack,
+        **kwargs: Any,
+    ) -> None:
+        self._zones = list(plan.availability_zones)
+        super().__init__(scope, id_, **kwargs)
+        vpc = network.vpc
+        retention = plan.profile.cluster.log_retention_days
+        key = logs_key(self, "ObservabilityKey", description=f"{plan.name}: observability functions (logs, dead letters)")
+
+        self.prometheus = ServingPrometheus(self, "Prometheus", plan=plan, cluster=cluster.cluster, subnets=vpc.private_subnets)
+        self.block_clock = BlockClock(self, "BlockClock", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
+        self.serving_metrics = ServingMetrics(
+            self,
+            "ServingMetrics",
+            plan=plan,
+            vpc=vpc,
+            key=key,
+            log_retention_days=retention,
+            workspace_arn=self.prometheus.workspace.attr_arn,
+            workspace_endpoint=self.prometheus.workspace.attr_prometheus_endpoint,
+        )
+        self.dashboards = Dashboards(self, "Dashboards", plan=plan)
+        self.alarms = Alarms(self, "Alarms", plan=plan, topic=capacity.lifecycle.topic)
+        cdk.CfnOutput(self, "PrometheusQueryEndpoint", value=self.prometheus.workspace.attr_prometheus_endpoint)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        return self._zones

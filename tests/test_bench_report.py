@@ -1,0 +1,165 @@
+"""`pdkit report` works offline on saved files: Markdown with the seed comparison and the latency model, PNG plots."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.bench import model, report, results, seed
+from tests.fixtures.fabric import fakes
+from tests.fixtures.fabric.fakes import BENCH, FakeCluster, fixture
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def plan():
+    profile, path = profile_files.load(None)
+    return plan_mod.build(profile, profile_path=path)
+
+
+@pytest.fixture(scope="module")
+def written(plan, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    the_seed = seed.load()
+    files = report.write(
+        results.load_dir(BENCH / "sweep"),
+        out,
+        plan=plan,
+        seed=the_seed,
+        model=model.from_plan(plan, the_seed),
+        run_meta=json.loads((BENCH / "sweep" / "run.json").read_text()),
+    )
+    return out, files
+
+
+def test_seed_figures_are_derived_from_the_stated_ones():
+    s = seed.load()
+    assert s.roce_mean_tpot_ms == pytest.approx(13.71, abs=0.01)  # 4.25 / 0.31
+    assert s.efa_mean_tpot_ms == pytest.approx(17.96, abs=0.01)
+    assert s.efa_max_itl_ms == pytest.approx(117.2, abs=0.1)  # 434 x (1 - 0.73)
+    assert s.max_itl_ratio == pytest.approx(3.7, abs=0.05)
+    assert s.per_message_overhead_us == 28
+    assert s.moe_messages_per_token == 150
+    assert s.mean_tpot_gap_ms / s.moe_messages_per_token * 1000 == pytest.approx(28.3, abs=0.1)
+
+
+def test_latency_model_predicts_150_x_28_us(plan):
+    m = model.from_plan(plan, seed.load())
+    assert m.messages_per_token == plan.decode.cross_node_moe_messages_per_token == 150
+    assert m.tpot_overhead_ms == pytest.approx(4.2)
+    assert m.formula == "150 messages x 28 us = 4.2 ms"
+    assert m.ibgda_equivalent_tpot_ms(18.0) == pytest.approx(13.8)
+    assert m.ibgda_equivalent_tpot_ms(1.0) == 0.0
+    assert m.proxy_share(21.0) == pytest.approx(0.2)
+
+
+def test_no_cross_node_messages_means_no_overhead():
+    assert model.LatencyModel(0, 28).tpot_overhead_ms == 0
+
+
+def test_plots_are_written_as_non_empty_pngs(written):
+    out, files = written
+    for name in (report.ITL_PLOT, report.TPOT_PLOT, report.TTFT_PLOT):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG), name
+        assert len(data) > 10_000, name
+    assert out / report.REPORT in files
+
+
+def test_markdown_has_the_comparison_table_with_the_seed(written):
+    text = (written[0] / report.REPORT).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| metric |"))
+    assert header == "| metric | seed RoCE | seed EFA | c=1 | c=4 | c=16 | c=64 |"
+    tpot = next(line for line in text.splitlines() if line.startswith("| mean TPOT (ms) |"))
+    assert tpot.startswith("| mean TPOT (ms) | 13.7 | 18.0 | ")
+    max_itl = next(line for line in text.splitlines() if line.startswith("| max ITL (ms) |"))
+    assert max_itl.startswith("| max ITL (ms) | 434 | 117 | ")
+    assert "| 95 (-19%) |" in max_itl  # the c=64 spike against the seed's EFA 117 ms
+    ttft = next(line for line in text.splitlines() if line.startswith("| mean TTFT (ms) |"))
+    assert "RoCE +9%" in ttft
+
+
+def test_markdown_states_the_models_predicted_overhead(written):
+    text = (written[0] / report.REPORT).read_text()
+    assert "**150 messages x 28 us = 4.2 ms**" in text
+    assert "4.25 ms" in text
+    model_row = next(line for line in text.splitlines() if line.startswith("| model: on IBGDA, mean TPOT - 4.2 ms |"))
+    assert "| 13.7 | 13.8 |" in model_row
+
+
+def test_markdown_places_each_level(written):
+    text = (written[0] / report.REPORT).read_text()
+    assert "- c=1: mean TPOT 17.25 ms matches the seed's EFA figure (18.0 ms, -4%)" in text
+    assert "4.2 ms (24%) of it on the CPU-proxy path" in text
+    assert "![Inter-token latency distribution](itl_distribution.png)" in text
+    assert "glm51-2p2d-bench-synthetic" in text  # from run.json
+    assert "not published" in text
+
+
+def test_report_from_printed_summaries_only(plan, tmp_path):
+    the_seed = seed.load()
+    report.write(results.load_dir(BENCH / "summary-only"), tmp_path, plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    assert (tmp_path / report.ITL_PLOT).read_bytes().startswith(PNG)
+    assert "| max ITL (ms) | 434 | 117 |" in (tmp_path / report.REPORT).read_text()
+
+
+def test_failed_levels_and_request_errors_are_listed(plan, tmp_path):
+    src = tmp_path / "in"
+    shutil.copytree(BENCH / "sweep", src)
+    (src / "failed.json").write_text('{"128": "bench_serving exited 1: Server is not ready"}')
+    rec = json.loads((src / "bench-c4.jsonl").read_text())
+    rec["errors"][0] = "HTTP 503 from the router"
+    (src / "bench-c4.jsonl").write_text(json.dumps(rec) + "\n")
+    the_seed = seed.load()
+    text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    assert "- c=128: bench_serving exited 1: Server is not ready" in text
+    assert "- c=4: HTTP 503 from the router" in text
+
+
+def test_validation_results_are_included(plan, tmp_path):
+    from pdkit.fabric import validate
+    from tests.test_fabric_validate import GOOD_LOGS
+
+    logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
+    outcome = validate.run(
+        plan, FakeCluster(logs=logs), image="i", waiting=lambda _p: fakes.waiting(fakes.Clock()), run_id="v1", token="t" * 40
+    )
+    outcome.save(tmp_path / "v.json")
+    the_seed = seed.load()
+    text = report.markdown(
+        results.load_dir(BENCH / "sweep"),
+        plan=plan,
+        seed=the_seed,
+        model=model.from_plan(plan, the_seed),
+        validation=validate.load(tmp_path / "v.json"),
+    )
+    assert "## Fabric validation" in text
+    assert "check(s) failed: the numbers above may reflect the fabric" in text
+    assert "| FAIL | all_reduce_perf network |" in text
+    assert "#nccl-on-sockets" in text
+
+
+def test_cli_report(capsys, tmp_path):
+    out = tmp_path / "r"
+    assert fakes.main(["report", "--bench", str(BENCH / "sweep"), "--out", str(out)]) == 0
+    assert f"wrote {out / report.REPORT}" in capsys.readouterr().out
+    assert (out / report.TPOT_PLOT).read_bytes().startswith(PNG)
+
+
+def test_cli_report_without_results_is_one_line(capsys, tmp_path):
+    assert fakes.main(["report", "--bench", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "no bench_serving results" in err
+    assert err.count("\n") == 1
+
+
+def test_cli_report_rejects_a_non_validation_file(capsys, tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert fakes.main(["report", "--bench", str(BENCH / "sweep"), "--validate", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert "not a `pdkit validate` result" in capsys.readouterr().err

@@ -1,0 +1,262 @@
+"""The validation Jobs: valid for the plan's Kubernetes version, devices from the instance table, no
+privilege, placed by the plan's labels and taints, and scripted to run what the checks parse."""
+
+from __future__ import annotations
+
+import shlex
+
+import kubernetes_validate
+import pytest
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.fabric import agent, manifests
+from pdkit.fabric.thresholds import derive
+from pdkit.kube import EFA, GPU
+from pdkit.plan import ROLE_LABEL
+
+IMAGE = "000000000000.dkr.ecr.eu-south-2.amazonaws.com/glm51-2p2d/validation:validation-0123456789ab"
+
+
+@pytest.fixture(scope="module")
+def plan():
+    profile, path = profile_files.load(None)
+    return plan_mod.build(profile, profile_path=path)
+
+
+@pytest.fixture(scope="module")
+def bundle(plan):
+    return manifests.render(plan, derive(plan), image=IMAGE, run_id="abc123", token="t" * 40)
+
+
+def _jobs(bundle):
+    return {spec.key: spec for spec in bundle.jobs}
+
+
+def _pod(spec):
+    return spec.job["spec"]["template"]["spec"]
+
+
+def _container(spec):
+    return _pod(spec)["containers"][0]
+
+
+def test_every_object_validates_for_the_plans_kubernetes_version(plan, bundle):
+    """kubernetes-validate's strict schemas for the plan's version (1.36 by default) catch typos in field names."""
+    version = f"{plan.kubernetes_version}.0"
+    for obj in bundle.objects():
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_a_typo_fails_validation(plan, bundle):
+    """The validation above is not vacuous."""
+    job = dict(_jobs(bundle)["nccl"].job)
+    job["spec"] = {**job["spec"], "completionsMode": "Indexed"}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, f"{plan.kubernetes_version}.0", strict=True)
+
+
+def test_phases_and_jobs_of_the_seed_layout(bundle):
+    """2P2D: one EFA job per role (2 pods each), nccl across 4 nodes, UCCL-EP on the decode pair."""
+    jobs = _jobs(bundle)
+    assert set(jobs) == {"efa-prefill", "efa-decode", "nccl", "uccl-decode-0"}
+    assert [s.phase for s in bundle.jobs] == ["efa", "efa", "nccl", "uccl"]
+    assert {k: s.pods for k, s in jobs.items()} == {"efa-prefill": 2, "efa-decode": 2, "nccl": 4, "uccl-decode-0": 2}
+    for spec in bundle.jobs:
+        s = spec.job["spec"]
+        assert s["completionMode"] == "Indexed"
+        assert s["completions"] == s["parallelism"] == spec.pods
+        assert s["backoffLimit"] == 0
+
+
+def test_gpu_jobs_request_every_gpu_and_efa_device_of_the_instance(plan, bundle):
+    it = plan.instance
+    for key in ("nccl", "uccl-decode-0"):
+        res = _container(_jobs(bundle)[key])["resources"]
+        assert res["limits"] == {GPU: str(it.gpus), EFA: str(it.efa_devices)}
+        assert res["requests"][GPU] == "8"
+        assert res["requests"][EFA] == "16"
+
+
+def test_efa_probe_requests_every_efa_device_and_no_gpu(bundle):
+    for key in ("efa-prefill", "efa-decode"):
+        res = _container(_jobs(bundle)[key])["resources"]
+        assert res["limits"] == {EFA: "16"}
+        assert GPU not in res["requests"]
+
+
+def test_devices_follow_capacity_efa_devices(raw_with):
+    """A profile that uses 8 of 16 EFA devices asks the device plugin for 8: the count comes from the plan."""
+    p = plan_mod.build(profile_files.parse(raw_with("capacity.efa_devices", 8)))
+    b = manifests.render(p, derive(p), image=IMAGE, run_id="x")
+    for spec in b.jobs:
+        assert _container(spec)["resources"]["limits"][EFA] == "8"
+
+
+def test_no_privilege_no_host_access(bundle):
+    for spec in bundle.jobs:
+        pod = _pod(spec)
+        ctx = _container(spec)["securityContext"]
+        assert ctx["privileged"] is False
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        assert ctx["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["automountServiceAccountToken"] is False
+        assert not pod.get("hostNetwork")
+        assert all("hostPath" not in v for v in pod["volumes"])
+
+
+def test_namespace_enforces_restricted_pod_security(plan, bundle):
+    labels = bundle.namespace["metadata"]["labels"]
+    assert bundle.namespace["metadata"]["name"] == f"{plan.name}-validation"
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == f"v{plan.kubernetes_version}"
+
+
+def test_shm_is_a_memory_empty_dir(plan, bundle):
+    for spec in bundle.jobs:
+        pod = _pod(spec)
+        shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+        assert shm["emptyDir"]["sizeLimit"] == f"{plan.instance.memory_mib // 8}Mi"
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in _container(spec)["volumeMounts"]
+
+
+def test_single_role_jobs_use_the_roles_node_selector_and_toleration(plan, bundle):
+    for role in plan.roles.values():
+        pod = _pod(_jobs(bundle)[f"efa-{role.name}"])
+        assert pod["nodeSelector"] == {ROLE_LABEL: role.name, "node.kubernetes.io/instance-type": plan.instance.name}
+        assert pod["tolerations"] == [{"key": ROLE_LABEL, "operator": "Equal", "value": role.name, "effect": "NoSchedule"}]
+    decode = _pod(_jobs(bundle)["uccl-decode-0"])
+    assert decode["nodeSelector"][ROLE_LABEL] == "decode"
+
+
+def test_nccl_spans_both_roles_by_node_affinity_and_both_tolerations(plan, bundle):
+    pod = _pod(_jobs(bundle)["nccl"])
+    assert "nodeSelector" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    expr = {e["key"]: e for e in terms[0]["matchExpressions"]}
+    assert expr[ROLE_LABEL] == {"key": ROLE_LABEL, "operator": "In", "values": ["prefill", "decode"]}
+    assert {t["value"] for t in pod["tolerations"]} == {"prefill", "decode"}
+    assert all(t["effect"] == "NoSchedule" and t["key"] == ROLE_LABEL for t in pod["tolerations"])
+
+
+def test_one_pod_per_node(bundle):
+    for spec in bundle.jobs:
+        anti = _pod(spec)["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        assert anti["topologyKey"] == "kubernetes.io/hostname"
+        assert anti["labelSelector"]["matchLabels"] == {manifests.JOB_NAME_LABEL: spec.name}
+
+
+def test_headless_service_gives_pods_stable_names(bundle):
+    for spec in bundle.jobs:
+        assert spec.service["spec"]["clusterIP"] == "None"
+        assert spec.service["spec"]["publishNotReadyAddresses"] is True
+        assert spec.service["spec"]["selector"] == {manifests.JOB_NAME_LABEL: spec.name}
+        assert spec.service["metadata"]["name"] == _pod(spec)["subdomain"] == spec.name
+
+
+def test_pods_get_the_serving_fabric_environment(bundle):
+    """Validation measures what serving will use: the same EFA/NCCL variables."""
+    for spec in bundle.jobs:
+        env = {e["name"]: e.get("value") for e in _container(spec)["env"]}
+        assert env["FI_PROVIDER"] == "efa"
+        assert env["NCCL_NET_PLUGIN"] == "ofi"
+        assert env["NCCL_DEBUG"] == "INFO"
+        assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+
+
+def test_agent_source_and_token_come_from_the_runs_config_map_and_secret(bundle):
+    cm, secret = bundle.shared
+    assert cm["data"]["agent.py"] == manifests.AGENT_SOURCE.read_text()
+    assert secret["stringData"] == {"token": "t" * 40}
+    env = {e["name"]: e for e in _container(_jobs(bundle)["nccl"])["env"]}
+    assert env[agent.TOKEN_ENV]["valueFrom"]["secretKeyRef"] == {"name": "agent-abc123", "key": "token"}
+    assert "value" not in env[agent.TOKEN_ENV]
+
+
+def test_render_without_token_uses_a_placeholder(plan):
+    b = manifests.render(plan, derive(plan), image=IMAGE, run_id="r")
+    assert b.shared[1]["stringData"]["token"] == manifests.TOKEN_PLACEHOLDER
+
+
+def test_efa_script_pairs_even_and_odd_pods():
+    script = manifests.efa_script(job="efa-decode-x", pods=2)
+    assert "efa-pingpong.sh server" in script
+    assert 'peer="efa-decode-x-$((idx - 1)).efa-decode-x"' in script
+    assert "pdkit-probe" in script
+    assert "ulimit -l" in script
+    assert "fi_info -p efa -t FI_EP_RDM" in script
+
+
+def test_mpirun_runs_every_gpu_through_the_agent():
+    argv = manifests.mpirun_argv(job="nccl-x", pods=4, gpus_per_node=8, test="alltoall_perf")
+    assert argv[argv.index("-np") + 1] == "32"
+    assert argv[argv.index("-N") + 1] == "8"
+    assert argv[argv.index("--host") + 1] == "nccl-x-0:8,nccl-x-1.nccl-x:8,nccl-x-2.nccl-x:8,nccl-x-3.nccl-x:8"
+    assert "python3 /opt/pdkit/agent.py rsh" in argv
+    assert argv[argv.index("alltoall_perf") :] == ["alltoall_perf", "-b", "8", "-e", "16G", "-f", "2", "-g", "1"]
+
+
+def test_nccl_script_runs_both_tests_and_stops_the_agents(bundle):
+    script = _container(_jobs(bundle)["nccl"])["command"][2]
+    assert script.count("pdkit-begin test=") == 2
+    assert "all_reduce_perf" in script
+    assert "alltoall_perf" in script
+    assert "agent.py serve" in script
+    assert "agent.py stop nccl-abc123-1.nccl-abc123 nccl-abc123-2.nccl-abc123 nccl-abc123-3.nccl-abc123" in script
+
+
+def test_uccl_runs_the_decode_shape_of_the_model(plan, bundle):
+    """Hidden size, top-k and experts from the model table; tokens per rank from the decode role."""
+    script = _container(_jobs(bundle)["uccl-decode-0"])["command"][2]
+    bench = next(line for line in script.splitlines() if line.startswith("uccl-ep-bench.sh"))
+    argv = shlex.split(bench)[:-1]
+    m = plan.model
+    assert argv == [
+        "uccl-ep-bench.sh",
+        "low-latency",
+        f"--num-tokens={plan.decode.settings.cuda_graph_max_bs}",
+        f"--hidden={m.hidden_size}",
+        f"--num-topk={m.experts_per_token}",
+        f"--num-experts={m.routed_experts}",
+    ]
+    assert "NNODES=2" in script
+    assert "MASTER_ADDR=uccl-decode-0-abc123-0.uccl-decode-0-abc123" in script
+
+
+def test_scaled_profile_gets_more_pods_and_one_uccl_job_per_decode_replica():
+    profile, path = profile_files.load("glm51-fp8-4p4d")
+    p = plan_mod.build(profile, profile_path=path)
+    b = manifests.render(p, derive(p), image=IMAGE, run_id="x")
+    jobs = {s.key: s for s in b.jobs}
+    assert jobs["nccl"].pods == 8
+    assert jobs["efa-decode"].pods == 4
+    assert {k for k in jobs if k.startswith("uccl")} == {"uccl-decode-0", "uccl-decode-1"}
+
+
+def test_no_uccl_job_when_decode_ep_stays_in_one_node(raw_with):
+    raw = raw_with(
+        "roles.decode.nodes_per_replica",
+        1,
+        "roles.decode.replicas",
+        2,
+        "roles.decode.parallelism.tp",
+        8,
+        "roles.decode.parallelism.attn_dp",
+        8,
+        "roles.decode.context_length",
+        32768,
+    )
+    p = plan_mod.build(profile_files.parse(raw))
+    assert not p.decode.ep_spans_nodes
+    keys = {s.key for s in manifests.render(p, derive(p), image=IMAGE, run_id="x").jobs}
+    assert not any(k.startswith("uccl") for k in keys)
+
+
+def test_yaml_round_trips(bundle):
+    import yaml
+
+    docs = list(yaml.safe_load_all(manifests.to_yaml(bundle.objects())))
+    assert docs == bundle.objects()

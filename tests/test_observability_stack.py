@@ -1,0 +1,257 @@
+"""The observability stack and the Container Insights add-on construct, built standalone from the plan:
+the properties that decide whether anything is measured and whether anyone gets paged."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+import yaml
+from aws_cdk.assertions import Match, Template
+from cfnlint.api import ManualArgs, lint
+
+from pdkit import context, profile_files
+from pdkit import plan as plan_mod
+from pdkit.observability import alarms, catalog, scrape
+from pdkit.plan import Plan
+from stacks.cluster_stack import ClusterStack
+from stacks.kit import build_kit
+from stacks.network_stack import NetworkStack
+from stacks.observability_addon import ADDON, ContainerInsightsAddon
+from stacks.observability_functions import BLOCK_CLOCK_MODULES, SERVING_METRICS_MODULES
+from stacks.policy import packs
+from tests.conftest import new_app
+from tests.test_cfn_lint import _allowed
+
+ADDON_VERSION = "v6.4.0-eksbuild.1"
+
+
+@dataclass
+class Built:
+    app: cdk.App
+    plan: Plan
+    stacks: dict[str, cdk.Stack]
+    directory: str
+
+    def template(self, name: str = "observability") -> Template:
+        return Template.from_stack(self.stacks[name])
+
+    def template_json(self, name: str = "observability") -> dict[str, Any]:
+        return json.loads((Path(self.directory) / self.stacks[name].template_file).read_text())
+
+
+def build(plan: Plan) -> Built:
+    """The whole kit as stacks/kit.py builds it (the cluster stack carries the Container Insights add-on)."""
+    app = new_app()
+    stacks = build_kit(app, plan, with_policy=False)
+    return Built(app, plan, stacks, app.synth().directory)
+
+
+@pytest.fixture(scope="module")
+def built() -> Built:
+    return build(context.load_plan(None))
+
+
+def _resources(built: Built, kind: str, name: str = "observability") -> list[dict[str, Any]]:
+    return [r["Properties"] for r in built.template(name).find_resources(kind).values()]
+
+
+def _alarm(built: Built, key: str) -> dict[str, Any]:
+    (found,) = [a for a in _resources(built, "AWS::CloudWatch::Alarm") if a["AlarmName"] == f"{built.plan.name}-{key}"]
+    return found
+
+
+# ---- the Container Insights add-on ----
+
+
+def test_addon_is_pinned_with_pod_identity_for_the_agent(built):
+    (addon,) = [a for a in _resources(built, "AWS::EKS::Addon", "cluster") if a["AddonName"] == ADDON]
+    assert addon["AddonVersion"] == ADDON_VERSION
+    (association,) = addon["PodIdentityAssociations"]
+    assert association["ServiceAccount"] == "cloudwatch-agent"
+    role = built.template("cluster").find_resources("AWS::IAM::Role", {"Properties": {"Description": Match.string_like_regexp(ADDON)}})
+    ((logical, props),) = role.items()
+    assert association["RoleArn"] == {"Fn::GetAtt": [logical, "Arn"]}
+    trust = props["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert "CloudWatchAgentServerPolicy" in json.dumps(props["Properties"]["ManagedPolicyArns"])
+
+
+def test_addon_log_groups_are_encrypted_with_retention(built):
+    groups = [g for g in _resources(built, "AWS::Logs::LogGroup", "cluster") if "containerinsights" in json.dumps(g.get("LogGroupName"))]
+    assert len(groups) == 4
+    assert all(g["RetentionInDays"] == 90 and "KmsKeyId" in g for g in groups)
+
+
+@pytest.mark.parametrize("version", ["v1.5.2-eksbuild.1", "v3.0.9-eksbuild.2"])
+def test_addon_refuses_versions_without_efa_p5en_or_pod_identity(version):
+    app = new_app()
+    plan = context.load_plan(None)
+    env = cdk.Environment(region=plan.region)
+    cl = ClusterStack(app, "c", plan=plan, network=NetworkStack(app, "n", plan=plan, env=env), env=env)
+    with pytest.raises(ValueError, match="too old"):
+        ContainerInsightsAddon(cl, "CI", cluster=cl.cluster, version=version)
+    with pytest.raises(ValueError, match="not an EKS add-on version"):
+        ContainerInsightsAddon(cl, "CI2", cluster=cl.cluster, version="6.4.0")
+
+
+# ---- Prometheus ----
+
+
+def test_collector_scrapes_the_cluster_into_the_workspace(built):
+    (scraper,) = _resources(built, "AWS::APS::Scraper")
+    (workspace,) = built.template().find_resources("AWS::APS::Workspace")
+    assert scraper["Destination"]["AmpConfiguration"]["WorkspaceArn"] == {"Fn::GetAtt": [workspace, "Arn"]}
+    eks = scraper["Source"]["EksConfiguration"]
+    cluster_stack = built.stacks["cluster"].stack_name
+    # The cluster's ARN and its cluster security group (which every node accepts traffic from).
+    assert re.search(r"FnGetAttCluster\w*Arn", json.dumps(eks["ClusterArn"]))
+    (group,) = eks["SecurityGroupIds"]
+    assert "ClusterSecurityGroupId" in json.dumps(group)
+    assert cluster_stack in json.dumps([eks["ClusterArn"], group])
+    # Private subnets in every AZ (the collector needs at least two).
+    assert len(eks["SubnetIds"]) == len(built.plan.availability_zones) >= 2
+    assert all("privateSubnet" in json.dumps(s) for s in eks["SubnetIds"])
+
+
+def test_collector_runs_the_rendered_scrape_configuration(built):
+    (scraper,) = _resources(built, "AWS::APS::Scraper")
+    blob = base64.b64decode(scraper["ScrapeConfiguration"]["ConfigurationBlob"]).decode()
+    assert blob == scrape.render(built.plan)
+    jobs = [j["job_name"] for j in yaml.safe_load(blob)["scrape_configs"]]
+    assert jobs == [catalog.SGLANG_JOB, catalog.ROUTER_JOB]
+
+
+# ---- functions ----
+
+
+def test_functions_run_every_minute_with_fixed_names(built):
+    functions = {f["FunctionName"]: f for f in _resources(built, "AWS::Lambda::Function")}
+    assert set(functions) == {alarms.function_name(built.plan, "block-clock"), alarms.function_name(built.plan, "serving-metrics")}
+    rules = _resources(built, "AWS::Events::Rule")
+    assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"] * 2
+    clock = functions[alarms.function_name(built.plan, "block-clock")]
+    assert clock["Environment"]["Variables"]["RESERVATION_ID"] == built.plan.reservation_id
+    serving = functions[alarms.function_name(built.plan, "serving-metrics")]
+    assert serving["Environment"]["Variables"]["ROLES"] == ",".join(built.plan.roles)
+
+
+def test_functions_may_only_write_their_own_namespace(built):
+    policies = json.dumps(_resources(built, "AWS::IAM::ManagedPolicy"))
+    for namespace in (catalog.SERVING_NAMESPACE, catalog.BLOCK_NAMESPACE):
+        assert f'"cloudwatch:namespace": "{namespace}"' in policies
+    assert "aps:QueryMetrics" in policies
+
+
+@pytest.mark.parametrize("modules", [BLOCK_CLOCK_MODULES, SERVING_METRICS_MODULES])
+def test_function_bundles_import_with_only_what_they_ship(tmp_path, modules):
+    """The asset holds only the listed pdkit files: an import of anything else fails in Lambda, not here."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = profile_files.ROOT / "pdkit"
+    for module in ("__init__.py", "functions/__init__.py", *modules):
+        (tmp_path / "pdkit" / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / module, tmp_path / "pdkit" / module)
+    handler = "pdkit." + modules[-1].removesuffix(".py").replace("/", ".")
+    code = f"import sys, {handler}; assert 'yaml' not in sys.modules and 'pydantic' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=True)
+
+
+# ---- alarms ----
+
+
+def test_every_alarm_notifies_the_capacity_topic_on_alarm_and_ok(built):
+    topic = built.template("capacity").find_resources("AWS::SNS::Topic")
+    (topic_id,) = topic
+    found = _resources(built, "AWS::CloudWatch::Alarm")
+    assert len(found) == len(alarms.alarms(built.plan))
+    for alarm in found:
+        assert alarm["ActionsEnabled"] is True
+        for actions in (alarm["AlarmActions"], alarm["OKActions"]):
+            (action,) = actions
+            assert topic_id in json.dumps(action)
+
+
+def test_cloudwatch_may_publish_to_the_encrypted_topic(built):
+    """Without these two statements CloudWatch's publish to a KMS-encrypted topic fails silently."""
+    capacity = built.template_json("capacity")
+    policies = [r for r in capacity["Resources"].values() if r["Type"] == "AWS::SNS::TopicPolicy"]
+    assert any(
+        s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} and s["Effect"] == "Allow"
+        for p in policies
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    )
+    keys = [r for r in capacity["Resources"].values() if r["Type"] == "AWS::KMS::Key"]
+    grants = [
+        s for k in keys for s in k["Properties"]["KeyPolicy"]["Statement"] if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert grants
+    assert set(grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+
+
+def test_per_node_alarms_follow_nodes_that_join_with_the_block(built):
+    """Node names exist only while a block runs: per-node alarms must be queries, not fixed dimensions."""
+    for key in ("node-not-ready", "gpus-missing", "efa-devices-missing", "efa-drops"):
+        (query,) = _alarm(built, key)["Metrics"]
+        assert query["Expression"].startswith("SELECT")
+        assert "GROUP BY NodeName" in query["Expression"]
+        assert f"ClusterName = '{built.plan.cluster_name}'" in query["Expression"]
+
+
+def test_alarms_stay_quiet_without_data(built):
+    """No block, no nodes or no traffic is not an incident (the pipeline alarms watch the feeds)."""
+    assert {a["TreatMissingData"] for a in _resources(built, "AWS::CloudWatch::Alarm")} == {"notBreaching"}
+
+
+def test_thresholds_from_the_profile_reach_the_template(raw_with):
+    raw = raw_with("observability.tpot_p99_ms", 25, "observability.ttft_p99_ms", 2500, "observability.block_end_warning_minutes", 90)
+    changed = build(plan_mod.build(profile_files.parse(raw), profile_path="<test>"))
+    assert _alarm(changed, "tpot-p99")["Threshold"] == 25
+    assert _alarm(changed, "ttft-p99")["Threshold"] == 2500
+    assert _alarm(changed, "block-ending")["Threshold"] == 90
+    gate = _alarm(changed, "no-healthy-decode")["Metrics"][-1]["Expression"]
+    assert "left > 90" in gate
+
+
+def test_default_thresholds_in_the_template(built):
+    assert _alarm(built, "tpot-p99")["Threshold"] == built.plan.profile.observability.tpot_p99_ms
+    assert _alarm(built, "block-ending")["Threshold"] == built.plan.drain_lead_minutes
+
+
+# ---- dashboards ----
+
+
+def test_two_dashboards_named_after_the_deployment(built):
+    names = sorted(d["DashboardName"] for d in _resources(built, "AWS::CloudWatch::Dashboard"))
+    assert names == [f"{built.plan.name}-infrastructure", f"{built.plan.name}-serving"]
+
+
+# ---- policy ----
+
+
+def _violations(app: cdk.App) -> list[str]:
+    found = []
+    for pack in packs(app):
+        for violation in pack.validate_scope(app).violations:
+            found += [f"{violation.rule_name} at {r.construct_path}" for r in violation.violating_resources]
+    return found
+
+
+def test_no_unacknowledged_policy_findings(built):
+    assert _violations(built.app) == []
+
+
+def test_templates_are_cfn_lint_clean(built):
+    for name in built.stacks:
+        template = built.template_json(name)
+        matches = lint(json.dumps(template), regions=[built.plan.region], config=ManualArgs(regions=[built.plan.region]))
+        assert [f"{m.rule.id} {m.message}" for m in matches if not _allowed(m, template)] == [], name

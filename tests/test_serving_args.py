@@ -1,0 +1,237 @@
+"""SGLang and router command lines: the seed's exact layout, every value from the plan, only 0.5.23 spellings.
+
+`make conformance` feeds the same command lines to SGLang 0.5.23 and smg themselves; these tests are
+the fast, offline half (the flag-set check against the pinned --help texts is the weaker one).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.errors import ProfileError
+from pdkit.serving import router_args, sglang_args
+from pdkit.serving.sglang_args import DEPRECATED_SPELLINGS, REJECTED_SPELLINGS, launch_argv, role_env
+
+ROOT = Path(__file__).resolve().parent.parent
+HELP = ROOT / "conformance" / "help"
+PROFILES = profile_files.available_profiles()
+
+
+def build(raw):
+    return plan_mod.build(profile_files.parse(raw), profile_path="<test>")
+
+
+def load(name):
+    prof, path = profile_files.load(name)
+    return plan_mod.build(prof, profile_path=path)
+
+
+def flag(argv, name):
+    """The value after a flag (the flag must appear exactly once)."""
+    assert argv.count(name) == 1, f"{name} appears {argv.count(name)} times"
+    return argv[argv.index(name) + 1]
+
+
+def contains(argv, *seq):
+    return any(argv[i : i + len(seq)] == list(seq) for i in range(len(argv) - len(seq) + 1))
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return load(None)
+
+
+def test_seed_prefill_is_cp8_within_a_node_and_pp2_across(seed):
+    """Issue 6: the seed's prefill layout, spelled as SGLang 0.5.23 accepts it."""
+    argv = launch_argv(seed, "prefill")
+    assert contains(argv, "--disaggregation-mode", "prefill")
+    assert contains(argv, "--tp-size", "8", "--pp-size", "2", "--attn-cp-size", "8", "--enable-prefill-cp", "--cp-strategy", "interleave")
+    assert contains(argv, "--moe-a2a-backend", "deepep", "--deepep-mode", "normal")
+    assert "--attn-dp-size" not in argv
+
+
+def test_seed_decode_is_dp16_attention_with_ep16(seed):
+    argv = launch_argv(seed, "decode")
+    assert contains(argv, "--disaggregation-mode", "decode")
+    assert contains(argv, "--tp-size", "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency")
+    assert "--pp-size" not in argv
+    assert "--enable-prefill-cp" not in argv
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_multi_node_rendezvous_comes_from_leader_worker_set(seed, role):
+    """LWS injects the leader address, group size and rank; kubelet expands $(VAR) in args."""
+    argv = launch_argv(seed, role)
+    assert flag(argv, "--dist-init-addr") == f"$(LWS_LEADER_ADDRESS):{sglang_args.DIST_INIT_PORT}"
+    assert flag(argv, "--nnodes") == "$(LWS_GROUP_SIZE)"
+    assert flag(argv, "--node-rank") == "$(LWS_WORKER_INDEX)"
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_memory_and_batch_limits_are_explicit_and_from_the_plan(seed, role):
+    """An uncapped context makes SGLang size the KV pool for 202k tokens and hang after load."""
+    r = seed.roles[role]
+    argv = launch_argv(seed, role)
+    assert int(flag(argv, "--context-length")) == r.context_length < seed.model.max_context_length
+    assert float(flag(argv, "--mem-fraction-static")) == r.mem_fraction_static
+    assert int(flag(argv, "--max-running-requests")) == r.max_running_requests
+
+
+def test_decode_cuda_graph_cap_uses_the_unambiguous_flag(seed):
+    argv = launch_argv(seed, "decode")
+    assert int(flag(argv, "--cuda-graph-max-bs-decode")) == seed.decode.settings.cuda_graph_max_bs
+
+
+def test_chunked_prefill_size_from_the_profile(seed):
+    assert int(flag(launch_argv(seed, "prefill"), "--chunked-prefill-size")) == seed.prefill.settings.chunked_prefill_size
+    assert "--chunked-prefill-size" not in launch_argv(seed, "decode")
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_parsers_metrics_and_model_from_the_model_table(seed, role):
+    argv = launch_argv(seed, role)
+    assert flag(argv, "--reasoning-parser") == seed.model.reasoning_parser == "glm45"
+    assert flag(argv, "--tool-call-parser") == seed.model.tool_call_parser == "glm47"
+    assert "--enable-metrics" in argv
+    assert flag(argv, "--model-path") == sglang_args.model_dir(seed)
+    assert "--trust-remote-code" not in argv, "GLM-5.1 is native to SGLang; remote code would run code from the weights"
+
+
+def test_kv_transfer_is_mooncake_by_default_and_nixl_by_switch(seed, raw_with):
+    assert flag(launch_argv(seed, "decode"), "--disaggregation-transfer-backend") == "mooncake"
+    nixl = build(raw_with("serving.kv_transfer", "nixl"))
+    for role in ("prefill", "decode"):
+        assert flag(launch_argv(nixl, role), "--disaggregation-transfer-backend") == "nixl"
+
+
+def test_fallback_prefill_layout_renders_dp_attention_across_both_nodes(raw_with):
+    """The validated fallback if CP x PP misbehaves: TP16 with attention DP16, EP16 across the nodes."""
+    fallback = {"tp": 16, "pp": 1, "attn_cp": 1, "attn_dp": 16, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}
+    argv = launch_argv(build(raw_with("roles.prefill.parallelism", fallback)), "prefill")
+    assert contains(argv, "--tp-size", "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", "--deepep-mode", "normal")
+    assert "--enable-prefill-cp" not in argv
+    assert "--pp-size" not in argv
+
+
+def test_tuned_profile_turns_on_two_batch_overlap_and_eagle_mtp_on_decode():
+    tuned = load("glm51-fp8-2p2d-tuned")
+    decode = launch_argv(tuned, "decode")
+    assert "--enable-two-batch-overlap" in decode
+    assert contains(decode, "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3")
+    assert contains(decode, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+    assert role_env(tuned, "decode") == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    # Prefill computes the draft KV that decode's EAGLE starts from.
+    assert flag(launch_argv(tuned, "prefill"), "--speculative-algorithm") == "EAGLE"
+
+
+def test_levers_are_off_in_the_seed_profile(seed):
+    for role in ("prefill", "decode"):
+        argv = launch_argv(seed, role)
+        assert "--enable-two-batch-overlap" not in argv
+        assert "--speculative-algorithm" not in argv
+        assert role_env(seed, role) == {}
+
+
+def test_mtp_on_decode_only_is_refused_with_the_fix(raw_with):
+    p = build(raw_with("roles.decode.mtp", {"enabled": True}))
+    with pytest.raises(ProfileError) as err:
+        launch_argv(p, "decode")
+    assert err.value.field == "roles.prefill.mtp.enabled"
+    assert "enabled: true, steps: 3, topk: 1, draft_tokens: 4" in err.value.fix
+
+
+def test_mtp_settings_must_match_across_roles(raw_with):
+    p = build(raw_with("roles.decode.mtp", {"enabled": True}, "roles.prefill.mtp", {"enabled": True, "steps": 2}))
+    with pytest.raises(ProfileError, match="draft KV layout must match"):
+        launch_argv(p, "prefill")
+
+
+def test_cross_node_context_parallel_is_refused_by_the_plan_before_sglang(raw_with):
+    """SGLang asserts tp <= 8 for prefill CP at start-up; the plan says so before anything is paid for."""
+    with pytest.raises(ProfileError) as err:
+        build(raw_with("roles.prefill.parallelism", {"tp": 16, "attn_cp": 16, "deepep_mode": "normal"}))
+    assert err.value.field == "roles.prefill.parallelism.attn_cp"
+    assert "cross-node CP" in str(err.value)
+
+
+def _option_tokens(argv):
+    return [a for a in argv if a.startswith("--")]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_no_rejected_or_deprecated_spelling_in_any_profile(name, role):
+    """Public LWS/RBG/OME manifests still carry spellings SGLang 0.5.23 rejects; the kit never renders them."""
+    for token in _option_tokens(launch_argv(load(name), role)):
+        for old in (*REJECTED_SPELLINGS, *DEPRECATED_SPELLINGS):
+            assert token != old, f"{name}/{role} renders {token}"
+            assert not (old.endswith("-") and token.startswith(old)), f"{name}/{role} renders {token}"
+
+
+def test_the_spelling_guard_catches_an_old_flag():
+    bad = ["--tp-size", "16", "--cuda-graph-max-bs", "64", "--nsa-decode-backend", "fa3"]
+    caught = [t for t in _option_tokens(bad) for old in REJECTED_SPELLINGS if t == old or (old.endswith("-") and t.startswith(old))]
+    assert caught == ["--cuda-graph-max-bs", "--nsa-decode-backend"]
+
+
+# The weaker, offline check: flags against the --help text of the pinned versions (conformance/help/,
+# regenerated by `make conformance-help`). `make conformance` is the real one: SGLang parses and resolves.
+def _help_options(name):
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", (HELP / name).read_text()))
+
+
+SGLANG_HELP = f"sglang-{sglang_args.SGLANG_VERSION}-launch_server.txt"
+ROUTER_HELP = f"{router_args.ROUTER_PACKAGE}-{router_args.ROUTER_VERSION}-launch_router.txt"
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_rendered_sglang_flag_is_in_the_pinned_help_text(name):
+    known = _help_options(SGLANG_HELP)
+    p = load(name)
+    for role in p.roles:
+        unknown = [t for t in _option_tokens(launch_argv(p, role)) if t not in known]
+        assert not unknown, f"{name}/{role}: not options of SGLang {sglang_args.SGLANG_VERSION}: {unknown}"
+
+
+def test_help_text_check_can_fail():
+    known = _help_options(SGLANG_HELP)
+    assert "--cuda-graph-max-bs-decode" in known
+    assert {"--cuda-graph-max-bs", "--enable-deepep-moe", "--enable-nsa-prefill-context-parallel"}.isdisjoint(known)
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_rendered_router_flag_is_in_the_pinned_help_text(name):
+    known = _help_options(ROUTER_HELP)
+    unknown = [t for t in _option_tokens(router_args.router_argv(load(name))) if t not in known]
+    assert not unknown, f"not options of {router_args.ROUTER_PACKAGE} {router_args.ROUTER_VERSION}: {unknown}"
+
+
+def test_router_registers_every_prefill_and_decode_replica():
+    p = load("glm51-fp8-4p4d")
+    argv = router_args.router_argv(p)
+    assert argv[:4] == ["python3", "-m", router_args.ROUTER_MODULE, "--pd-disaggregation"]
+    prefills = [argv[i + 1 : i + 3] for i, a in enumerate(argv) if a == "--prefill"]
+    decodes = [argv[i + 1] for i, a in enumerate(argv) if a == "--decode"]
+    assert prefills == [
+        [f"http://glm51-4p4d-prefill-{i}.glm51-4p4d-prefill.pd-serving.svc:{sglang_args.SGLANG_PORT}", str(sglang_args.BOOTSTRAP_PORT)]
+        for i in range(2)
+    ]
+    assert decodes == [f"http://glm51-4p4d-decode-{i}.glm51-4p4d-decode.pd-serving.svc:{sglang_args.SGLANG_PORT}" for i in range(2)]
+    assert flag(argv, "--policy") == p.profile.serving.router.policy
+
+
+def test_router_waits_for_workers_as_long_as_staging_and_start_up_take(seed):
+    argv = router_args.router_argv(seed)
+    waited = int(flag(argv, "--worker-startup-timeout-secs"))
+    assert waited >= (seed.estimates.startup_budget_minutes + seed.estimates.staging_minutes) * 60
+    assert flag(argv, "--prometheus-port") == str(router_args.ROUTER_METRICS_PORT)
+
+
+def test_router_does_not_inject_dp_ranks(seed):
+    """Prefill resolves its attention-DP rank from the bootstrap room; an injected rank would override it."""
+    assert "--dp-aware" not in router_args.router_argv(seed)

@@ -1,0 +1,148 @@
+"""The conformance tooling itself: pins that agree, cases that cover every profile, a model config that
+matches the kit's model table. (`make conformance` runs the cases against SGLang 0.5.23 and smg.)"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance import check_sglang, export_cases
+from pdkit import catalog, profile_files
+from pdkit.serving import router_args, sglang_args
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = ROOT / "conformance"
+LOCK = CONFORMANCE / "requirements-sglang.txt"
+SOURCE = CONFORMANCE / "requirements-sglang.in"
+
+
+def lock_pins() -> dict[str, str]:
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\]+)", LOCK.read_text(), flags=re.MULTILINE))
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return export_cases.all_cases()
+
+
+def test_the_lock_pins_the_sglang_and_router_the_kit_renders_for():
+    pins = lock_pins()
+    assert pins["sglang"] == sglang_args.SGLANG_VERSION
+    assert pins[router_args.ROUTER_PACKAGE] == router_args.ROUTER_VERSION
+    assert router_args.ROUTER_MODULE.split(".")[0] == router_args.ROUTER_PACKAGE
+    assert f"# no-deps: sglang=={sglang_args.SGLANG_VERSION}" in SOURCE.read_text()
+    assert f"# no-deps: {router_args.ROUTER_PACKAGE}=={router_args.ROUTER_VERSION}" in SOURCE.read_text()
+
+
+def test_every_locked_package_is_pinned_with_a_hash():
+    """The lock is installed with --require-hashes --no-deps: every entry exact, every entry hashed."""
+    packages = re.findall(r"^[A-Za-z0-9].*?(?=^[A-Za-z0-9]|\Z)", LOCK.read_text(), flags=re.MULTILINE | re.DOTALL)
+    assert len(packages) == len(lock_pins()) > 50
+    for entry in packages:
+        assert "==" in entry.splitlines()[0], entry.splitlines()[0]
+        assert "--hash=sha256:" in entry, entry.splitlines()[0]
+    assert "torch==2.14.1" in LOCK.read_text(), "SGLang 0.5.23 pins torch 2.14.1"
+
+
+def test_sglang_version_agrees_with_the_serving_image():
+    """Conformance only proves something if the image ships the SGLang it checked against."""
+    versions = yaml.safe_load((ROOT / "containers" / "versions.yaml").read_text())
+    assert versions["components"]["sglang"]["version"] == sglang_args.SGLANG_VERSION
+
+
+def test_the_pinned_help_texts_exist():
+    assert (CONFORMANCE / "help" / f"sglang-{sglang_args.SGLANG_VERSION}-launch_server.txt").is_file()
+    assert (CONFORMANCE / "help" / f"{router_args.ROUTER_PACKAGE}-{router_args.ROUTER_VERSION}-launch_router.txt").is_file()
+
+
+def test_model_config_carries_the_model_tables_architecture():
+    """The config.json SGLang resolves against must describe the same model the plan computes with."""
+    for name in profile_files.available_profiles():
+        model = catalog.models()[profile_files.load(name)[0].model.id]
+        config = json.loads((export_cases.model_config_dir(model.id) / "config.json").read_text())
+        assert config["architectures"] == [model.architecture]
+        assert {
+            "num_hidden_layers": model.layers,
+            "first_k_dense_replace": model.dense_layers,
+            "num_nextn_predict_layers": model.mtp_layers,
+            "hidden_size": model.hidden_size,
+            "num_attention_heads": model.attention_heads,
+            "q_lora_rank": model.q_lora_rank,
+            "kv_lora_rank": model.kv_lora_rank,
+            "qk_rope_head_dim": model.qk_rope_head_dim,
+            "n_routed_experts": model.routed_experts,
+            "num_experts_per_tok": model.experts_per_token,
+            "n_shared_experts": model.shared_experts,
+            "moe_intermediate_size": model.moe_intermediate_size,
+            "vocab_size": model.vocab_size,
+            "max_position_embeddings": model.max_context_length,
+        }.items() <= config.items()
+        assert config["quantization_config"]["quant_method"] == "fp8"
+
+
+def test_cases_cover_every_profile_role_and_switch(cases):
+    ids = {c["id"] for c in cases}
+    for name in profile_files.available_profiles():
+        assert {f"{name}/prefill", f"{name}/decode", f"{name}/router"} <= ids
+    default = profile_files.default_profile_name()
+    for variant, _, _ in export_cases.VARIANTS:
+        assert {f"{default}+{variant}/prefill", f"{default}+{variant}/decode"} <= ids
+
+
+def test_cases_carry_exactly_the_rendered_command_lines(cases):
+    by_id = {c["id"]: c for c in cases}
+    prof, path = profile_files.load("glm51-fp8-2p2d-tuned")
+    from pdkit import plan as plan_mod
+
+    tuned = plan_mod.build(prof, profile_path=path)
+    assert by_id["glm51-fp8-2p2d-tuned/decode"]["argv"] == sglang_args.launch_argv(tuned, "decode")
+    assert by_id["glm51-fp8-2p2d-tuned/decode"]["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+    assert by_id["glm51-fp8-2p2d-tuned/router"]["argv"] == router_args.router_argv(tuned)
+    assert by_id["glm51-fp8-2p2d-tuned/decode"]["expect"]["ep_size"] == tuned.decode.ep == 16
+
+
+def test_known_bad_command_lines_are_exported_with_their_expected_rejection(cases):
+    rejects = {c["id"]: c["expect_reject"] for c in cases if "expect_reject" in c}
+    assert set(rejects) >= {
+        "reject/cuda-graph-max-bs",
+        "reject/enable-deepep-moe",
+        "reject/nsa-prefill-backend",
+        "reject/enable-nsa-prefill-context-parallel",
+        "reject/cross-node-context-parallel",
+        "reject/router-unknown-policy",
+    }
+    cross_node = next(c for c in cases if c["id"] == "reject/cross-node-context-parallel")["argv"]
+    assert cross_node[cross_node.index("--tp-size") + 1] == "16"
+    assert "--pp-size" not in cross_node
+
+
+def test_checker_substitutes_what_leader_worker_set_fills_in(cases):
+    case = next(c for c in cases if c["id"] == "glm51-fp8-2p2d/decode")
+    args = check_sglang.substitute(case, 1)
+    assert args[args.index("--dist-init-addr") + 1] == "glm51-2p2d-decode-0.glm51-2p2d-decode.pd-serving:20000"
+    assert args[args.index("--nnodes") + 1] == "2"
+    assert args[args.index("--node-rank") + 1] == "1"
+    assert args[args.index("--model-path") + 1] == case["model_config_dir"]
+    broken = {**case, "argv": [*case["argv"], "--api-key", "$(UNSET_SECRET)"]}
+    with pytest.raises(check_sglang.Failed, match="unexpanded variable"):
+        check_sglang.substitute(broken, 0)
+
+
+def test_checker_imports_nothing_from_the_kit():
+    """It runs in .venv-sglang, which has SGLang and smg but not pdkit."""
+    tree = ast.parse((CONFORMANCE / "check_sglang.py").read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in modules if m.startswith(("pdkit", "conformance", "yaml", "pydantic"))}
+
+
+def test_make_fragment_adds_conformance_to_make_test():
+    fragment = (ROOT / "mk" / "conformance.mk").read_text()
+    assert re.search(r"^TEST_TARGETS \+= conformance$", fragment, flags=re.MULTILINE)
+    assert re.search(r"^\$\(SGLANG_VENV\)/\.installed: \$\(SGLANG_LOCK\)", fragment, flags=re.MULTILINE)
+    assert "--require-hashes" in fragment

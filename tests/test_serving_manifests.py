@@ -1,0 +1,438 @@
+"""The rendered Kubernetes objects: valid for the cluster's version, secure, and sized from the plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from kubernetes_validate import utils as kv
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.commands import render as render_cmd
+from pdkit.serving import drain, inputs, manifests, names
+from pdkit.serving.sglang_args import SGLANG_PORT
+
+ROOT = Path(__file__).resolve().parent.parent
+LWS_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "lws-v1.json").read_text())
+PROFILES = profile_files.available_profiles()
+# Capabilities Pod Security "baseline" allows a container to add; anything else needs a reason in the docs.
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+
+
+def load(name=None):
+    prof, path = profile_files.load(name)
+    return plan_mod.build(prof, profile_path=path)
+
+
+def rendered(the_plan):
+    return manifests.render(the_plan, inputs.from_plan(the_plan))
+
+
+def of_kind(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs, kind, name):
+    (found,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def pod_templates(objs):
+    """(owner, pod template) for every pod the objects create."""
+    for o in objs:
+        if o["kind"] == "LeaderWorkerSet":
+            yield o["metadata"]["name"], o["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        elif o["kind"] == "Deployment":
+            yield o["metadata"]["name"], o["spec"]["template"]
+
+
+def containers(template):
+    spec = template["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return load()
+
+
+@pytest.fixture(scope="module")
+def objs(seed):
+    return rendered(seed)
+
+
+def lws(objs, role, seed):
+    return one(objs, "LeaderWorkerSet", names.lws_name(seed, role))
+
+
+def sglang_container(objs, role, seed):
+    (c,) = lws(objs, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
+    return c
+
+
+# --- schemas -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_built_in_kinds_validate_for_the_cluster_version(name):
+    """kubernetes-validate (strict: unknown fields fail) against the plan's Kubernetes minor."""
+    the_plan = load(name)
+    for obj in rendered(the_plan):
+        if obj["kind"] != "LeaderWorkerSet":
+            kv.validate(obj, the_plan.kubernetes_version, strict=True)
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_leader_worker_sets_validate_against_the_lws_schema(name):
+    the_plan = load(name)
+    for obj in of_kind(rendered(the_plan), "LeaderWorkerSet"):
+        jsonschema.Draft202012Validator(LWS_SCHEMA).validate(obj)
+        template = obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": obj["metadata"]["name"]}, "template": template}
+        kv.validate(wrapped, the_plan.kubernetes_version, strict=True)
+
+
+def test_lws_schema_is_itself_valid_and_rejects_what_the_api_rejects(objs, seed):
+    jsonschema.Draft202012Validator.check_schema(LWS_SCHEMA)
+    validator = jsonschema.Draft202012Validator(LWS_SCHEMA)
+    good = lws(objs, "decode", seed)
+    bad_variants = {
+        "unknown restart policy": ("leaderWorkerTemplate", "restartPolicy", "RecreateOnFailure"),
+        "group of zero pods": ("leaderWorkerTemplate", "size", 0),
+        "misspelled field": ("leaderWorkerTemplate", "restartpolicy", "None"),
+    }
+    for reason, (parent, key, value) in bad_variants.items():
+        bad = json.loads(json.dumps(good))
+        bad["spec"][parent][key] = value
+        assert not validator.is_valid(bad), reason
+    frozen = json.loads(json.dumps(good))
+    frozen["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] = {"maxUnavailable": 0, "maxSurge": 0}
+    assert not validator.is_valid(frozen), "maxUnavailable and maxSurge both 0 is refused by the LWS webhook"
+    underscored = json.loads(json.dumps(good))
+    underscored["metadata"]["name"] = "glm51_decode"
+    assert not validator.is_valid(underscored), "the name becomes a Service name: DNS-1035 only"
+
+
+def test_kubernetes_validate_rejects_a_broken_object(objs):
+    svc = json.loads(json.dumps(one(objs, "Service", "glm51-2p2d-router")))
+    svc["spec"]["ports"][0]["port"] = "eighty"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(svc, "1.36", strict=True)
+
+
+def test_plain_yaml_round_trips(objs):
+    assert list(yaml.safe_load_all(manifests.to_yaml(objs))) == objs
+
+
+# --- what gets deployed ---------------------------------------------------------------------------
+
+
+def test_one_leader_worker_set_per_role_sized_from_the_plan(objs, seed):
+    for role in seed.roles.values():
+        spec = lws(objs, role.name, seed)["spec"]
+        assert spec["replicas"] == role.replicas
+        assert spec["leaderWorkerTemplate"]["size"] == role.nodes_per_replica
+        assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+        assert spec["startupPolicy"] == "LeaderCreated", "LeaderReady would deadlock: the leader is never Ready alone"
+
+
+def test_scaling_is_a_profile_change():
+    four = rendered(load("glm51-fp8-4p4d"))
+    assert {o["metadata"]["name"]: o["spec"]["replicas"] for o in of_kind(four, "LeaderWorkerSet")} == {
+        "glm51-4p4d-prefill": 2,
+        "glm51-4p4d-decode": 2,
+    }
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_gpus_and_efa_devices_requested_from_the_instance_table(objs, seed, role):
+    """Device plugins hand out the GPUs and EFA devices: p5en has 8 and 16."""
+    resources = sglang_container(objs, role, seed)["resources"]
+    for part in ("requests", "limits"):
+        assert resources[part]["nvidia.com/gpu"] == str(seed.instance.gpus) == "8"
+        assert resources[part]["vpc.amazonaws.com/efa"] == str(seed.efa_devices_per_node) == "16"
+
+
+def test_efa_request_follows_a_profile_override(raw_with):
+    p = plan_mod.build(profile_files.parse(raw_with("capacity.efa_devices", 8)))
+    c = sglang_container(rendered(p), "decode", p)
+    assert c["resources"]["limits"]["vpc.amazonaws.com/efa"] == "8"
+
+
+def test_the_sglang_container_runs_the_rendered_command_line(objs, seed):
+    from pdkit.serving.sglang_args import launch_argv
+
+    c = sglang_container(objs, "prefill", seed)
+    assert c["args"] == launch_argv(seed, "prefill")
+    assert c["command"][:2] == ["/bin/sh", "-c"]
+    assert c["command"][2] == manifests.MEMLOCK_CHECK
+    assert 'exec "$@"' in manifests.MEMLOCK_CHECK
+
+
+def test_environment_comes_from_one_config_map(objs, seed):
+    (cm,) = of_kind(objs, "ConfigMap")
+    env = cm["data"]
+    assert env["FI_PROVIDER"] == "efa"
+    assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert env["FI_EFA_FORK_SAFE"] == "1"
+    assert env["NCCL_NET_PLUGIN"] == "ofi"
+    assert env["MOONCAKE_PROTOCOL"] == "efa"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env, "Mooncake over EFA refuses expandable segments"
+    for role in seed.roles:
+        assert sglang_container(objs, role, seed)["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+
+
+def test_nixl_switch_changes_the_environment(raw_with):
+    env = of_kind(rendered(plan_mod.build(profile_files.parse(raw_with("serving.kv_transfer", "nixl")))), "ConfigMap")[0]["data"]
+    assert env["SGLANG_DISAGGREGATION_NIXL_BACKEND"] == "LIBFABRIC"
+    assert "MOONCAKE_PROTOCOL" not in env
+
+
+def test_tuned_profile_sets_spec_v2_on_the_roles_running_mtp():
+    tuned = load("glm51-fp8-2p2d-tuned")
+    c = sglang_container(rendered(tuned), "decode", tuned)
+    assert {"name": "SGLANG_ENABLE_SPEC_V2", "value": "1"} in c["env"]
+
+
+# --- security -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_nothing_is_privileged_or_escalates(name):
+    for owner, template in pod_templates(rendered(load(name))):
+        spec = template["spec"]
+        assert not spec.get("hostPID"), owner
+        assert not spec.get("hostIPC"), owner
+        for c in containers(template):
+            ctx = c["securityContext"]
+            assert ctx["privileged"] is False, (owner, c["name"])
+            assert ctx["allowPrivilegeEscalation"] is False, (owner, c["name"])
+            assert ctx["capabilities"]["drop"] == ["ALL"], (owner, c["name"])
+            added = set(ctx["capabilities"].get("add", []))
+            assert added <= BASELINE_CAPABILITIES, f"{owner}/{c['name']} adds {added} beyond Pod Security baseline"
+            assert not added, f"{owner}/{c['name']} adds {added}: the kit adds none; document any in runbooks/02-serve.md"
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_no_host_path_in_any_pod(name):
+    """Devices come from the device plugins; the node's NVMe comes as a PersistentVolume claim."""
+    for owner, template in pod_templates(rendered(load(name))):
+        for volume in template["spec"].get("volumes", []):
+            assert "hostPath" not in volume, owner
+        for c in containers(template):
+            for mount in c.get("volumeMounts", []):
+                assert not mount["mountPath"].startswith("/dev/") or mount["mountPath"] == "/dev/shm", (owner, mount)
+
+
+def test_dev_shm_is_an_in_memory_empty_dir(objs, seed):
+    for role in seed.roles:
+        volumes = {v["name"]: v for v in lws(objs, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in sglang_container(objs, role, seed)["volumeMounts"]}
+        assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+
+
+def test_sglang_runs_as_non_root_and_only_staging_writes_the_weights(objs, seed):
+    spec = lws(objs, "decode", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    (stage,) = spec["initContainers"]
+    (sglang,) = spec["containers"]
+    assert sglang["securityContext"]["runAsNonRoot"] is True
+    assert next(m for m in sglang["volumeMounts"] if m["name"] == "weights")["readOnly"] is True
+    assert stage["command"][:3] == ["python3", "-m", "pdkit.serving.staging"]
+    assert not next(m for m in stage["volumeMounts"] if m["name"] == "weights").get("readOnly")
+
+
+def test_namespace_enforces_pod_security_baseline_and_audits_restricted(objs, seed):
+    (ns,) = of_kind(objs, "Namespace")
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == f"v{seed.kubernetes_version}"
+
+
+def test_host_network_is_off_by_default(objs):
+    for owner, template in pod_templates(objs):
+        assert not template["spec"].get("hostNetwork"), owner
+
+
+def test_host_network_switch_lowers_pod_security_with_it(seed):
+    on = manifests.render(seed, inputs.ServingInputs(**{**inputs.from_plan(seed).__dict__, "host_network": True}))
+    (ns,) = of_kind(on, "Namespace")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    for role in seed.roles:
+        spec = lws(on, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        assert spec["hostNetwork"] is True
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "GLOO_SOCKET_IFNAME" not in of_kind(on, "ConfigMap")[0]["data"]
+
+
+def test_service_accounts_mount_no_kubernetes_token(objs, seed):
+    accounts = of_kind(objs, "ServiceAccount")
+    assert {a["metadata"]["name"] for a in accounts} == {f"{seed.name}-weights-reader", f"{seed.name}-router"}
+    assert all(a["automountServiceAccountToken"] is False for a in accounts)
+    for owner, template in pod_templates(objs):
+        assert template["spec"]["automountServiceAccountToken"] is False, owner
+
+
+# --- placement and probes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_role_pods_land_on_their_tainted_nodes_one_per_node(objs, seed, role):
+    r = seed.roles[role]
+    spec = lws(objs, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert r.labels.items() <= spec["nodeSelector"].items()
+    assert {"key": r.taint["key"], "operator": "Equal", "value": r.taint["value"], "effect": r.taint["effect"]} in spec["tolerations"]
+    (term,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_startup_probe_covers_the_plans_start_up_budget(objs, seed):
+    probe = sglang_container(objs, "decode", seed)["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= seed.estimates.startup_budget_minutes * 60
+    assert probe["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_startup_probe_grows_with_the_model_load(seed):
+    bigger = plan_mod.Estimates(**{**seed.estimates.__dict__, "startup_budget_minutes": 95})
+    slow = plan_mod.Plan(**{**{f: getattr(seed, f) for f in seed.__dataclass_fields__}, "estimates": bigger})
+    assert manifests.startup_failure_threshold(slow) == math.ceil(95 * 60 / manifests.STARTUP_PERIOD_SECONDS)
+
+
+def test_liveness_and_readiness_use_sglangs_health_endpoint(objs, seed):
+    c = sglang_container(objs, "prefill", seed)
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["path"] == "/health"
+        assert c[probe]["timeoutSeconds"] > 20, "SGLang's /health generates one token within SGLANG_HEALTH_CHECK_TIMEOUT (20 s)"
+    assert c["livenessProbe"]["periodSeconds"] * c["livenessProbe"]["failureThreshold"] >= 300
+    assert {"name": "http", "containerPort": SGLANG_PORT} in c["ports"]
+
+
+# --- router ---------------------------------------------------------------------------------------
+
+
+def test_router_runs_two_replicas_on_system_nodes(objs, seed):
+    deploy = one(objs, "Deployment", names.router_name(seed))
+    assert deploy["spec"]["replicas"] == seed.profile.serving.router.replicas == 2
+    spec = deploy["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == seed.system_node_labels
+    assert "tolerations" not in spec
+    assert spec["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readiness"
+
+
+def test_router_is_reachable_only_through_an_internal_nlb(objs, seed):
+    svc = one(objs, "Service", names.router_name(seed))
+    annotations = svc["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
+    assert svc["spec"]["loadBalancerClass"] == "service.k8s.aws/nlb"
+    assert svc["spec"]["loadBalancerSourceRanges"] == [str(seed.profile.network.vpc_cidr)]
+    assert svc["spec"]["allocateLoadBalancerNodePorts"] is False
+
+
+# --- disruption budgets and the end-of-block drain ------------------------------------------------
+
+
+def test_budgets_protect_the_last_group_of_each_role(objs, seed):
+    for role in seed.roles.values():
+        pdb = one(objs, "PodDisruptionBudget", names.lws_name(seed, role.name))
+        assert pdb["spec"]["maxUnavailable"] == (role.replicas - 1) * role.nodes_per_replica == 0
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    four = load("glm51-fp8-4p4d")
+    pdb = one(rendered(four), "PodDisruptionBudget", names.lws_name(four, "decode"))
+    assert pdb["spec"]["maxUnavailable"] == 2, "one group of two nodes may go, the other stays"
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_the_drain_removes_every_pod_a_budget_covers_before_the_nodes_go(name):
+    """The end-of-block drain scales the LeaderWorkerSets to zero (deleting, not evicting, their pods):
+    after that no budget on a GPU node covers any pod, so scaling the node groups to zero cannot block."""
+    the_plan = load(name)
+    objs = rendered(the_plan)
+    plan = drain.drain_plan(the_plan)
+    gpu_pdbs = [p for p in of_kind(objs, "PodDisruptionBudget") if names.LWS_NAME_LABEL in p["spec"]["selector"]["matchLabels"]]
+    assert {p["spec"]["selector"]["matchLabels"][names.LWS_NAME_LABEL] for p in gpu_pdbs} == set(plan.leader_worker_sets)
+    assert len(gpu_pdbs) == len(the_plan.roles)
+    assert set(plan.node_groups) == {r.node_group_name for r in the_plan.roles.values()}
+    for cmd in plan.kubectl_scale_down():
+        assert cmd[-1] == "--replicas=0"
+    assert plan.kubectl_restore() == [
+        [
+            "kubectl",
+            "-n",
+            names.namespace(the_plan),
+            "scale",
+            f"leaderworkerset/{names.lws_name(the_plan, r.name)}",
+            f"--replicas={r.replicas}",
+        ]
+        for r in the_plan.roles.values()
+    ]
+
+
+def test_router_budget_never_blocks_a_system_node_drain(objs, seed):
+    pdb = one(objs, "PodDisruptionBudget", names.router_name(seed))
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+# --- weights volume and inputs --------------------------------------------------------------------
+
+
+def test_weights_volume_is_the_nodes_nvme_bound_to_the_kits_claim_only(objs, seed):
+    (pv,) = of_kind(objs, "PersistentVolume")
+    (pvc,) = of_kind(objs, "PersistentVolumeClaim")
+    assert pv["spec"]["hostPath"]["path"].startswith("/mnt/k8s-disks/0/")
+    assert pv["spec"]["claimRef"] == {"namespace": names.namespace(seed), "name": pvc["metadata"]["name"]}
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+
+
+def test_staging_reads_the_bucket_the_plan_names(objs, seed):
+    serving = inputs.from_plan(seed)
+    (stage,) = lws(objs, "prefill", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["initContainers"]
+    cmd = stage["command"]
+    assert cmd[cmd.index("--bucket") + 1] == serving.weights_bucket
+    assert cmd[cmd.index("--prefix") + 1] == serving.weights_prefix == f"models/{seed.model.id}/main/"
+    assert cmd[cmd.index("--region") + 1] == seed.region
+
+
+def test_images_come_from_the_plans_repositories(objs, seed):
+    image = seed.images[inputs.SERVING_IMAGE]
+    c = sglang_container(objs, "decode", seed)
+    assert c["image"] == f"{inputs.default_registry(seed)}/{image.repository}:{image.tag}"
+    custom = inputs.from_plan(seed, registry="123456789012.dkr.ecr.eu-south-2.amazonaws.com")
+    assert custom.image.startswith("123456789012.dkr.ecr.eu-south-2.amazonaws.com/glm51-2p2d/sglang-efa:")
+
+
+def test_render_command_writes_one_file_per_object_in_apply_order(tmp_path, seed, capsys):
+    parser = argparse.ArgumentParser()
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--profile")
+    render_cmd.register(parser.add_subparsers(), common)
+    args = parser.parse_args(["render", "--out", str(tmp_path), "--image", "registry.example/sglang:1"])
+    assert args.handler(args) == 0
+    files = sorted(tmp_path.glob("*.yaml"))
+    assert files[0].name == "00-namespace-pd-serving.yaml"
+    loaded = [yaml.safe_load(f.read_text()) for f in files]
+    assert [o["kind"] for o in loaded] == [o["kind"] for o in rendered(seed)]
+    assert "registry.example/sglang:1" in (tmp_path / "06-leaderworkerset-glm51-2p2d-prefill.yaml").read_text()
+    assert "kubectl apply --server-side" in capsys.readouterr().out
