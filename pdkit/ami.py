@@ -51,7 +51,8 @@ ROOT_DEVICE = "/dev/xvda"
 # ~20 GiB; the GPU launch template's root volume must be at least this large.
 ROOT_VOLUME_GIB = 150
 # Pods inherit containerd's RLIMIT_MEMLOCK (ami/components/container-limits.yaml says why it must be unlimited).
-CONTAINERD_MEMLOCK_DROPIN = "/etc/systemd/system/containerd.service.d/20-pdkit-memlock.conf"
+CONTAINERD_MEMLOCK_DROPIN = node_config.CONTAINERD_MEMLOCK_DROPIN
+containerd_memlock_script = node_config.containerd_memlock_script
 CAPACITY_TYPE_LABEL = {"eks.amazonaws.com/capacityType": "CAPACITY_BLOCK"}
 NODE_GROUP_LABEL = "eks.amazonaws.com/nodegroup"
 
@@ -189,20 +190,6 @@ def custom_user_data(cluster: ClusterDetails, *, labels: Mapping[str, str], tain
         "Content-Type: application/node.eks.aws\n\n"
         f"---\n{part}\n"
         f"--{boundary}--\n"
-    )
-
-
-def containerd_memlock_script() -> str:
-    """The custom image's containerd memlock drop-in as a user-data script (MIME text/x-shellscript), for
-    nodes on the EKS-optimized AMI. cloud-init runs it before nodeadm starts containerd (nodeadm-run.service
-    is After=cloud-final.service); try-restart covers a containerd that is already running."""
-    return (
-        "#!/usr/bin/env bash\n"
-        "set -euo pipefail\n"
-        f"mkdir -p {Path(CONTAINERD_MEMLOCK_DROPIN).parent}\n"
-        f"printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {CONTAINERD_MEMLOCK_DROPIN}\n"
-        "systemctl daemon-reload\n"
-        "systemctl try-restart containerd.service\n"
     )
 
 

@@ -8,10 +8,13 @@ https://awslabs.github.io/amazon-eks-ami/nodeadm/doc/api/
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 BOUNDARY = "PDKIT-NODECONFIG"
 NVME_MOUNT = "/mnt/k8s-disks/"
+CONTAINERD_MEMLOCK_DROPIN = "/etc/systemd/system/containerd.service.d/20-pdkit-memlock.conf"
 
 
 def node_config() -> dict[str, object]:
@@ -19,6 +22,9 @@ def node_config() -> dict[str, object]:
 
 
 def user_data() -> str:
+    """NodeConfig plus the containerd locked-memory drop-in: EFA registers GPU and host memory, the serving
+    pods run as a non-root user without CAP_IPC_LOCK, so they inherit containerd's limit (8 MiB by default).
+    The custom AMI bakes the same drop-in (ami/components/container-limits.yaml)."""
     part = yaml.safe_dump(node_config(), sort_keys=False)
     return (
         "MIME-Version: 1.0\n"
@@ -26,5 +32,22 @@ def user_data() -> str:
         f"--{BOUNDARY}\n"
         "Content-Type: application/node.eks.aws\n\n"
         f"---\n{part}\n"
+        f"--{BOUNDARY}\n"
+        'Content-Type: text/x-shellscript; charset="us-ascii"\n\n'
+        f"{containerd_memlock_script()}\n"
         f"--{BOUNDARY}--\n"
+    )
+
+
+def containerd_memlock_script() -> str:
+    """The containerd memlock drop-in as a user-data script (MIME text/x-shellscript), for nodes on the
+    EKS-optimized AMI (the custom image bakes the same file). cloud-init runs it before nodeadm starts containerd (nodeadm-run.service
+    is After=cloud-final.service); try-restart covers a containerd that is already running."""
+    return (
+        "#!/usr/bin/env bash\n"
+        "set -euo pipefail\n"
+        f"mkdir -p {Path(CONTAINERD_MEMLOCK_DROPIN).parent}\n"
+        f"printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {CONTAINERD_MEMLOCK_DROPIN}\n"
+        "systemctl daemon-reload\n"
+        "systemctl try-restart containerd.service\n"
     )

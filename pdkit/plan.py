@@ -99,6 +99,19 @@ class RolePlan:
 
 
 @dataclass(frozen=True)
+class WeightsPlan:
+    """Where `pdkit weights import` puts the checkpoint and the serving pods stage it from."""
+
+    bucket_prefix: str
+    region: str
+    prefix: str  # one folder per model and revision, so a new revision never overwrites a staged one
+
+    def bucket(self, account: str) -> str:
+        """S3 names are global: the account and region make it unique (a CDK token at deploy time)."""
+        return f"{self.bucket_prefix}-{account}-{self.region}"
+
+
+@dataclass(frozen=True)
 class Estimates:
     gpu_cost_per_hour_usd: float | None
     block_cost_usd: float | None
@@ -131,6 +144,7 @@ class Plan:
     system_node_arch: str
     drain_lead_minutes: int
     images: dict[str, ImagePlan]
+    weights: WeightsPlan
     stack_names: dict[str, str]
     interface_endpoints: tuple[str, ...]
     gateway_endpoints: tuple[str, ...]
@@ -168,6 +182,7 @@ def _build(p: Profile, path: str) -> Plan:
     efa = _efa_devices(p, instance)
     roles = {name: _role(p, name, getattr(p.roles, name), instance, model, efa) for name in ROLES}
     _node_total(p, roles)
+    _mtp_pairing(p)
     if p.network.nat_gateways > len(zones):
         raise ProfileError(
             "network.nat_gateways", p.network.nat_gateways, f"more NAT gateways than AZs ({len(zones)})", f"use 1..{len(zones)}"
@@ -197,6 +212,7 @@ def _build(p: Profile, path: str) -> Plan:
         system_node_arch=_arch(p.cluster.system_nodes.instance_type),
         drain_lead_minutes=p.observability.block_end_warning_minutes,
         images=plan_images(p.name, p.images.versions_file, source=p.images.source, registry=p.images.registry),
+        weights=_weights(p),
         stack_names={part: f"{p.name}-{part}" for part in STACKS},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,
@@ -281,6 +297,19 @@ def _interfaces(it: InstanceType, efa: int) -> tuple[NetworkInterface, ...]:
     """
     efa_only = [NetworkInterface(0, 1, "efa-only")] + [NetworkInterface(card, 0, "efa-only") for card in range(1, it.network_cards)]
     return (NetworkInterface(0, 0, "interface"), *efa_only[:efa])
+
+
+def _weights(p: Profile) -> WeightsPlan:
+    weights = WeightsPlan(bucket_prefix=f"{p.name}-weights", region=p.aws.region, prefix=f"models/{p.model.id}/{p.model.revision}/")
+    longest = weights.bucket("123456789012")
+    if len(longest) > 63:
+        raise ProfileError(
+            "name",
+            p.name,
+            f"the weights bucket name {longest!r} would exceed S3's 63 characters",
+            f"use a name of at most {len(p.name) - (len(longest) - 63)} characters",
+        )
+    return weights
 
 
 def _arch(instance_type: str) -> str:
@@ -438,6 +467,34 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int) 
         taint={"key": ROLE_LABEL, "value": name, "effect": "NoSchedule"},
         efa_devices_per_node=efa,
         settings=r,
+    )
+
+
+def _mtp_pairing(p: Profile) -> None:
+    """Decode's EAGLE starts from the draft KV and hidden states that prefill computes and sends with
+    the KV cache, so both roles run the same MTP settings or neither does."""
+    prefill, decode = p.roles.prefill.mtp, p.roles.decode.mtp
+    if prefill == decode or not (prefill.enabled or decode.enabled):
+        return
+    if decode.enabled and not prefill.enabled:
+        raise ProfileError(
+            "roles.prefill.mtp.enabled",
+            False,
+            "decode runs EAGLE MTP but prefill does not; SGLang's prefill computes the draft model's KV and hidden states that decode's first speculative step starts from",
+            f"set roles.prefill.mtp to the decode settings (enabled: true, steps: {decode.steps}, topk: {decode.topk}, draft_tokens: {decode.draft_tokens})",
+        )
+    if prefill.enabled and not decode.enabled:
+        raise ProfileError(
+            "roles.decode.mtp.enabled",
+            False,
+            "prefill runs EAGLE MTP but decode does not; the draft KV it sends has nowhere to go",
+            "enable roles.decode.mtp too, or disable roles.prefill.mtp",
+        )
+    raise ProfileError(
+        "roles.prefill.mtp",
+        prefill.model_dump(),
+        f"differs from roles.decode.mtp ({decode.model_dump()}); the draft KV layout must match on both sides",
+        "use the same steps, topk and draft_tokens on both roles",
     )
 
 

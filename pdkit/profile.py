@@ -172,6 +172,9 @@ class Serving(_Section):
     namespace: str = Field(default="pd-serving", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     kv_transfer: Literal["mooncake", "nixl"] = "mooncake"
     router: Router = Router()
+    host_network: bool = Field(
+        default=False, description="SGLang pods on the host network; the namespace's Pod Security then becomes privileged."
+    )
 
 
 class ModelRef(_Section):

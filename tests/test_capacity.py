@@ -96,6 +96,13 @@ def test_user_data_asks_nodeadm_for_raid0_nvme(kit):
     assert "strategy: RAID0" in user_data
 
 
+def test_user_data_lifts_containerd_memlock_for_efa(kit):
+    """EFA pins memory; non-root serving pods inherit containerd's 8 MiB limit unless the node raises it."""
+    user_data = _lt(kit)["UserData"]["Fn::Base64"]
+    assert "Content-Type: text/x-shellscript" in user_data
+    assert "LimitMEMLOCK=infinity" in user_data
+
+
 def test_cluster_placement_group_by_default(kit):
     assert _one(kit, "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
     assert "GroupName" in _lt(kit)["Placement"]

@@ -138,17 +138,16 @@ def test_levers_are_off_in_the_seed_profile(seed):
 
 
 def test_mtp_on_decode_only_is_refused_with_the_fix(raw_with):
-    p = build(raw_with("roles.decode.mtp", {"enabled": True}))
+    """Refused by the plan, before any command line is rendered."""
     with pytest.raises(ProfileError) as err:
-        launch_argv(p, "decode")
+        build(raw_with("roles.decode.mtp", {"enabled": True}))
     assert err.value.field == "roles.prefill.mtp.enabled"
     assert "enabled: true, steps: 3, topk: 1, draft_tokens: 4" in err.value.fix
 
 
 def test_mtp_settings_must_match_across_roles(raw_with):
-    p = build(raw_with("roles.decode.mtp", {"enabled": True}, "roles.prefill.mtp", {"enabled": True, "steps": 2}))
     with pytest.raises(ProfileError, match="draft KV layout must match"):
-        launch_argv(p, "prefill")
+        build(raw_with("roles.decode.mtp", {"enabled": True}, "roles.prefill.mtp", {"enabled": True, "steps": 2}))
 
 
 def test_cross_node_context_parallel_is_refused_by_the_plan_before_sglang(raw_with):

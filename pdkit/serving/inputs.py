@@ -7,7 +7,7 @@ placeholder:
 - `plan.images["sglang-efa"]`: the serving image (repository and tag from containers/versions.yaml);
 - `plan.images["router"]`, when the images issue adds a small router image (else the serving image,
   which also carries the router);
-- `plan.weights.bucket` / `plan.weights.prefix`: where `pdkit weights import` puts the checkpoint;
+- `plan.weights.bucket(account)` / `plan.weights.prefix`: where the weights import puts the checkpoint;
 - `plan.profile.serving.host_network`: the hostNetwork switch (default off).
 
 `pdkit render --registry/--image/--router-image/--weights-bucket` override them for plain-YAML users.
@@ -16,7 +16,6 @@ placeholder:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pdkit.plan import Plan
 from pdkit.serving.weights_manifest import MANIFEST_NAME
@@ -53,20 +52,12 @@ def from_plan(
     weights_bucket: str | None = None,
 ) -> ServingInputs:
     registry = registry or default_registry(plan)
-    weights: Any = getattr(plan, "weights", None)
     serving = image or plan.images[SERVING_IMAGE].uri(registry)
     router = router_image or (plan.images[ROUTER_IMAGE].uri(registry) if ROUTER_IMAGE in plan.images else serving)
     return ServingInputs(
         image=serving,
         router_image=router,
-        weights_bucket=weights_bucket
-        or getattr(weights, "bucket", None)
-        or f"{plan.name}-weights-{plan.account or PLACEHOLDER_ACCOUNT}-{plan.region}",
-        weights_prefix=getattr(weights, "prefix", None) or weights_prefix(plan),
-        host_network=bool(getattr(plan.profile.serving, "host_network", False)),
+        weights_bucket=weights_bucket or plan.weights.bucket(plan.account or PLACEHOLDER_ACCOUNT),
+        weights_prefix=plan.weights.prefix,
+        host_network=plan.profile.serving.host_network,
     )
-
-
-def weights_prefix(plan: Plan) -> str:
-    """One folder per model and revision, so a new revision never overwrites a staged one."""
-    return f"models/{plan.model.id}/{plan.profile.model.revision}/"

@@ -6,7 +6,6 @@ command line to SGLang's own `prepare_server_args` + `ServerArgs.resolve_once()`
 
 from __future__ import annotations
 
-from pdkit.errors import ProfileError
 from pdkit.plan import Plan, RolePlan
 
 SGLANG_VERSION = "0.5.23"
@@ -52,7 +51,6 @@ def served_model_name(plan: Plan) -> str:
 
 def launch_argv(plan: Plan, role: str) -> list[str]:
     """The container command of one role's SGLang server (leader and workers run the same one)."""
-    check_mtp_pairing(plan)
     r = plan.roles[role]
     s = r.settings
     kv = plan.profile.serving.kv_transfer
@@ -141,34 +139,3 @@ def role_env(plan: Plan, role: str) -> dict[str, str]:
         # SGLang's GLM-5.1 recipe runs EAGLE MTP on the v2 speculative worker.
         env[SPEC_V2_ENV] = "1"
     return env
-
-
-def check_mtp_pairing(plan: Plan) -> None:
-    """Decode's EAGLE starts from the draft KV and hidden states that prefill computes and sends with
-    the KV cache, so both roles run the same MTP settings or neither does.
-
-    (A cross-role rule that belongs in plan.py; kept here until the plan has it.)
-    """
-    prefill, decode = plan.prefill.settings.mtp, plan.decode.settings.mtp
-    if prefill == decode or not (prefill.enabled or decode.enabled):
-        return
-    if decode.enabled and not prefill.enabled:
-        raise ProfileError(
-            "roles.prefill.mtp.enabled",
-            False,
-            "decode runs EAGLE MTP but prefill does not; SGLang's prefill computes the draft model's KV and hidden states that decode's first speculative step starts from",
-            f"set roles.prefill.mtp to the decode settings (enabled: true, steps: {decode.steps}, topk: {decode.topk}, draft_tokens: {decode.draft_tokens})",
-        )
-    if prefill.enabled and not decode.enabled:
-        raise ProfileError(
-            "roles.decode.mtp.enabled",
-            False,
-            "prefill runs EAGLE MTP but decode does not; the draft KV it sends has nowhere to go",
-            "enable roles.decode.mtp too, or disable roles.prefill.mtp",
-        )
-    raise ProfileError(
-        "roles.prefill.mtp",
-        prefill.model_dump(),
-        f"differs from roles.decode.mtp ({decode.model_dump()}); the draft KV layout must match on both sides",
-        "use the same steps, topk and draft_tokens on both roles",
-    )
