@@ -89,7 +89,12 @@ CASES = [
     ("bad-admin-arn", ("cluster.admin_principal_arns", ["alice"]), "cluster.admin_principal_arns", "not an IAM role or user ARN"),
     ("unknown-model", ("model.id", "zai-org/GLM-4"), "model.id", "not in the kit's model table"),
     ("name-too-long-for-weights-bucket", ("name", "a" * 32), "name", "exceed S3's 63 characters"),
-    ("mtp-on-decode-only", ("roles.decode.mtp", {"enabled": True}), "roles.prefill.mtp.enabled", "set roles.prefill.mtp to the decode settings"),
+    (
+        "mtp-on-decode-only",
+        ("roles.decode.mtp", {"enabled": True}),
+        "roles.prefill.mtp.enabled",
+        "set roles.prefill.mtp to the decode settings",
+    ),
 ]
 
 
