@@ -21,7 +21,7 @@ from pdkit.profile import PLACEHOLDER_RESERVATION, Profile, Role
 
 ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
-STACKS = ("network", "cluster", "capacity", "images", "observability", "ami")
+STACKS = ("network", "cluster", "capacity", "images", "serving", "observability", "ami")
 ROLE_LABEL = "pdkit/role"
 # Kubernetes versions this kit's pinned CDK, kubectl layer and add-ons are tested with.
 KUBERNETES_VERSIONS = ("1.35", "1.36")

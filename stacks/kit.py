@@ -11,6 +11,7 @@ from stacks.cluster_stack import ClusterStack
 from stacks.images_stack import ImagesStack
 from stacks.network_stack import NetworkStack
 from stacks.observability_stack import ObservabilityStack
+from stacks.serving_stack import ServingStack
 from stacks.policy import attach
 
 
@@ -43,6 +44,15 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         env=env,
         description=f"{plan.name}: ECR repositories and the in-region image build",
     )
+    serving = ServingStack(
+        app,
+        plan.stack_names["serving"],
+        plan=plan,
+        cluster=cluster,
+        env=env,
+        description=f"{plan.name}: weights bucket, serving identity, LeaderWorkerSets and router",
+    )
+    serving.add_stack_dependency(images, reason="pods pull the images the images stack names")
     observability = ObservabilityStack(
         app,
         plan.stack_names["observability"],
@@ -66,6 +76,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         "cluster": cluster,
         "capacity": capacity,
         "images": images,
+        "serving": serving,
         "observability": observability,
         "ami": ami,
     }

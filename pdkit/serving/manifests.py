@@ -368,7 +368,9 @@ def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
     }
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(plan, names.router_name(plan), "router"), "spec": spec}
+    # `pdkit status` finds the router by the same role label the LeaderWorkerSets carry.
+    meta = _meta(plan, names.router_name(plan), "router", labels={**names.common_labels(plan, "router"), ROLE_LABEL: "router"})
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
 
 
 def router_disruption_budget(plan: Plan) -> Obj:

@@ -1,0 +1,120 @@
+"""Serving: the weights bucket, the read-only Pod Identity role of the serving pods, and the Kubernetes
+objects pdkit renders from the plan (pdkit/serving/manifests.py), applied through the cluster.
+
+The same objects are written as plain YAML by `pdkit render` / `make manifests` for GitOps users.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks as eks_l1
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from pdkit.plan import Plan
+from pdkit.serving import inputs, manifests, names
+from stacks.cluster_stack import ClusterStack
+from stacks.policy import acknowledge
+
+NOT_REPLICATED = "Weights are a copy of a public Hugging Face checkpoint, re-importable at any time with `pdkit weights import`; replicating ~760 GB to a second region buys nothing."
+
+
+class ServingStack(cdk.Stack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, cluster: ClusterStack, **kwargs: Any) -> None:
+        self._zones = list(plan.availability_zones)
+        super().__init__(scope, id_, **kwargs)
+        key = kms.Key(self, "WeightsKey", description=f"{plan.name}: model weights", enable_key_rotation=True)
+        access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            # S3 server access log delivery supports only SSE-S3 on the target bucket.
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+            lifecycle_rules=[s3.LifecycleRule(expiration=cdk.Duration.days(365))],
+        )
+        self.weights = s3.Bucket(
+            self,
+            "Weights",
+            bucket_name=plan.weights.bucket(self.account),
+            encryption=s3.BucketEncryption.KMS,
+            encryption_key=key,
+            bucket_key_enabled=True,
+            enforce_ssl=True,
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=access_logs,
+            server_access_logs_prefix="weights/",
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+
+        reader = iam.ManagedPolicy(
+            self,
+            "WeightsRead",
+            statements=[
+                iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.weights.bucket_arn]),
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[self.weights.arn_for_objects(f"{plan.weights.prefix}*")]),
+                iam.PolicyStatement(actions=["kms:Decrypt"], resources=[key.key_arn]),
+            ],
+        )
+        # EKS Pod Identity: the agent assumes the role for pods of one service account, with session tags.
+        self.reader_role = iam.Role(
+            self,
+            "WeightsReaderRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            managed_policies=[reader],
+            description=f"{plan.name}: serving pods read the model weights, nothing else",
+        )
+        eks_l1.CfnPodIdentityAssociation(
+            self,
+            "WeightsReaderAssociation",
+            cluster_name=cluster.cluster.cluster_name,
+            namespace=names.namespace(plan),
+            service_account=names.service_account(plan, "weights-reader"),
+            role_arn=self.reader_role.role_arn,
+        )
+
+        registry = f"{self.account}.dkr.ecr.{self.region}.{self.url_suffix}"
+        objects = manifests.render(plan, inputs.from_plan(plan, registry=registry, weights_bucket=self.weights.bucket_name))
+        self.manifest = eks.KubernetesManifest(self, "Objects", cluster=cluster.cluster, manifest=objects, overwrite=True)
+
+        cdk.CfnOutput(self, "WeightsBucket", value=self.weights.bucket_name)
+        cdk.CfnOutput(self, "WeightsPrefix", value=plan.weights.prefix)
+        cdk.CfnOutput(self, "Namespace", value=names.namespace(plan))
+        self._acknowledge(plan, reader, access_logs)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        return self._zones
+
+    def _acknowledge(self, plan: Plan, reader: iam.ManagedPolicy, access_logs: s3.Bucket) -> None:
+        acknowledge(self.weights, {"NIST.800.53.R5-S3BucketReplicationEnabled": NOT_REPLICATED})
+        acknowledge(
+            access_logs,
+            {
+                "AwsSolutions-S1": "This is the access-log bucket of the weights bucket; logging its own access would log forever.",
+                "NIST.800.53.R5-S3BucketLoggingEnabled": "This is the access-log bucket of the weights bucket; logging its own access would log forever.",
+                "NIST.800.53.R5-S3BucketReplicationEnabled": "Access logs of a re-importable weights copy; a second-region copy is not worth its cost here.",
+                "NIST.800.53.R5-S3DefaultEncryptionKMS": "S3 server access log delivery writes only to SSE-S3 buckets; SSE-KMS targets silently receive nothing.",
+            },
+        )
+        acknowledge(
+            reader,
+            {
+                f"AwsSolutions-IAM5[Resource::<{self.resolve(self._logical(self.weights))}.Arn>/{plan.weights.prefix}*]": "Read access to the objects under this model's prefix in the kit's own weights bucket; object keys are the checkpoint's file names.",
+            },
+        )
+
+    def _logical(self, bucket: s3.Bucket) -> str:
+        cfn = bucket.node.default_child
+        assert isinstance(cfn, cdk.CfnResource)
+        return str(self.resolve(cfn.logical_id))
