@@ -11,8 +11,8 @@ from stacks.cluster_stack import ClusterStack
 from stacks.images_stack import ImagesStack
 from stacks.network_stack import NetworkStack
 from stacks.observability_stack import ObservabilityStack
-from stacks.serving_stack import ServingStack
 from stacks.policy import attach
+from stacks.serving_stack import ServingStack
 
 
 def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str, cdk.Stack]:
