@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 PROFILE ?=
 CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
 
-.PHONY: help setup synth test lint typecheck unit update-snapshots plan diff deploy lock bench clean
+.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests diff deploy lock bench clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ test: $(TEST_TARGETS) ## Everything CI runs: lint, types, tests (synth, assertio
 update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
 	pytest tests/test_snapshots.py --snapshot-update
 
+manifests: setup ## Serving objects of PROFILE as plain YAML in build/serving/ (for kubectl and GitOps)
+	pdkit render --out build/serving $(if $(PROFILE),--profile $(PROFILE))
+
 diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
 	$(CDK) diff --all
 
@@ -73,4 +76,4 @@ bench: setup ## Time synth (kit vs a reference app), warm `make test` and `pdkit
 	python benchmarks/bench.py
 
 clean: ## Remove build outputs (cdk.out); keeps .venv and node_modules
-	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf cdk.out build .pytest_cache .mypy_cache .ruff_cache

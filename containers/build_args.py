@@ -9,7 +9,7 @@
     python containers/build_args.py --check                 # validate versions.yaml + lint Dockerfiles
 
 Build locally (bash): mapfile -t args < <(python containers/build_args.py sglang-efa)
-                      docker buildx build "${args[@]}" -f containers/sglang-efa/Dockerfile containers
+                      docker buildx build "${args[@]}" -f containers/sglang-efa/Dockerfile .
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -146,19 +147,178 @@ def context_path(doc: Mapping[str, Any], image: str) -> Path:
     return REPO_ROOT / str(doc["images"][image]["context"])
 
 
+def dockerignore_path(doc: Mapping[str, Any], image: str) -> Path:
+    """The Dockerfile-specific ignore file (`<Dockerfile>.dockerignore`), which BuildKit prefers to the context's."""
+    return Path(f"{dockerfile_path(doc, image)}.dockerignore")
+
+
 def image_tag(doc: Mapping[str, Any], image: str) -> str:
     """An immutable-registry-friendly tag that changes whenever anything that goes into the image changes.
 
-    Hashes the build args, the Dockerfile and every file of the build context the images copy (kit/).
+    Hashes the build args, the Dockerfile and every file of its build context, i.e. what the
+    `<Dockerfile>.dockerignore` allow-list admits (kit scripts, and for serving the pdkit staging modules).
     """
     digest = hashlib.sha256()
     digest.update(json.dumps(build_args(doc, image), sort_keys=True).encode())
-    files = [dockerfile_path(doc, image), *sorted((CONTAINERS_DIR / "kit").rglob("*"))]
-    for path in files:
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
-            digest.update(path.read_bytes())
+    for path in [dockerfile_path(doc, image), *context_files(doc, image)]:
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
     return f"{image}-{digest.hexdigest()[:12]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Build context: the <Dockerfile>.dockerignore allow-list, matched as Docker matches it
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IgnoreRule:
+    pattern: str
+    negated: bool
+    regex: re.Pattern[str]
+
+
+def _glob_regex(pattern: str) -> str:
+    """Docker's .dockerignore glob (Go filepath.Match plus `**`) as a regex over a slash-separated path."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            out.append("[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]")  # Go's [a-z] / [^a-z] read as in a regex
+            i = end
+        elif char == "\\" and i + 1 < len(pattern):
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+def parse_dockerignore(text: str) -> list[IgnoreRule]:
+    """Rules in file order (comments and blank lines dropped, leading `/` and `./` and trailing `/` removed)."""
+    rules: list[IgnoreRule] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        pattern = os.path.normpath(line[1:].strip() if negated else line).replace(os.sep, "/").lstrip("/")
+        rules.append(IgnoreRule(pattern, negated, re.compile(f"^{_glob_regex(pattern)}$")))
+    return rules
+
+
+def ignored(relative: str, rules: list[IgnoreRule]) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parent directories decides."""
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    excluded = False
+    for rule in rules:
+        if any(rule.regex.match(prefix) for prefix in prefixes):
+            excluded = not rule.negated
+    return excluded
+
+
+def _may_readmit(directory: str, rules: list[IgnoreRule]) -> bool:
+    """Could a `!pattern` admit something below this (excluded) directory? Only then is it walked."""
+    parts = directory.split("/")
+    for rule in rules:
+        if not rule.negated:
+            continue
+        pattern_parts = rule.pattern.split("/")
+        for index, part in enumerate(pattern_parts):
+            if "**" in part:
+                return True
+            if index == len(parts):
+                return True
+            if not re.fullmatch(_glob_regex(part), parts[index]):
+                break
+    return False
+
+
+def context_files(doc: Mapping[str, Any], image: str) -> list[Path]:
+    """Every file the image's build context sends to BuildKit: the context minus its Dockerfile's ignore file."""
+    root = context_path(doc, image)
+    ignore_file = dockerignore_path(doc, image)
+    rules = parse_dockerignore(ignore_file.read_text()) if ignore_file.is_file() else []
+    files: list[Path] = []
+    for directory, subdirs, names in os.walk(root):
+        base = Path(directory).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        subdirs[:] = sorted(d for d in subdirs if not ignored(prefix + d, rules) or _may_readmit(prefix + d, rules))
+        files += [Path(directory) / name for name in sorted(names) if not ignored(prefix + name, rules)]
+    return sorted(files)
+
+
+COPY_LINE = re.compile(r"^(?:COPY|ADD)\s+(?P<body>.+)$", re.IGNORECASE)
+BIND_MOUNT = re.compile(r"--mount=(?P<options>\S*type=bind\S*)")
+
+
+def context_sources(text: str) -> list[str]:
+    """Context paths a Dockerfile reads: COPY/ADD sources (not --from=) and RUN bind mounts without from=."""
+    sources: list[str] = []
+    for instruction in dockerfile_instructions(text):
+        copy = COPY_LINE.match(instruction)
+        if copy:
+            body = copy.group("body").strip()
+            flags: list[str] = []
+            while body.startswith("--"):
+                flag, _, body = body.partition(" ")
+                flags.append(flag)
+                body = body.strip()
+            if any(flag.startswith("--from=") for flag in flags):
+                continue
+            words = json.loads(body) if body.startswith("[") else body.split()
+            sources += [os.path.normpath(word).lstrip("/") for word in words[:-1]]
+        elif instruction.upper().startswith("RUN "):
+            for mount in BIND_MOUNT.finditer(instruction):
+                options: dict[str, str] = {}
+                for option in mount.group("options").split(","):
+                    key, _, value = option.partition("=")
+                    options[key] = value
+                if "from" not in options:
+                    sources.append(os.path.normpath(options.get("source") or options.get("src") or ".").lstrip("/"))
+    return sources
+
+
+def _covers(source: str, relative: str) -> bool:
+    if source == ".":
+        return True
+    return relative == source or relative.startswith(source + "/") or re.fullmatch(_glob_regex(source), relative) is not None
+
+
+def lint_context(text: str, doc: Mapping[str, Any], image: str, *, where: str = "Dockerfile") -> list[str]:
+    """The allow-list admits exactly what the Dockerfile copies: no COPY of a missing file, no file the image never copies."""
+    problems: list[str] = []
+    ignore_file = dockerignore_path(doc, image)
+    if not ignore_file.is_file():
+        return [f"{where}: no {ignore_file.name} next to it: the build context would be all of {context_path(doc, image)}"]
+    root = context_path(doc, image)
+    files = [path.relative_to(root).as_posix() for path in context_files(doc, image)]
+    sources = context_sources(text)
+    for source in sources:
+        if not any(_covers(source, relative) for relative in files):
+            problems.append(
+                f"{where}: COPY {source}: not in the build context ({ignore_file.name} does not admit it, or it does not exist)"
+            )
+    for relative in files:
+        if not any(_covers(source, relative) for source in sources):
+            problems.append(f"{where}: {ignore_file.name} admits {relative}, which no COPY uses (it would still change the tag)")
+    return problems
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,6 +438,11 @@ def validate(doc: Any) -> None:
             _require(_nonempty_str(spec.get(key)), f"{where}.{key}", "required")
         _require((REPO_ROOT / spec["dockerfile"]).is_file(), f"{where}.dockerfile", f"{spec['dockerfile']} does not exist")
         _require((REPO_ROOT / spec["context"]).is_dir(), f"{where}.context", f"{spec['context']} is not a directory")
+        _require(
+            Path(f"{REPO_ROOT / spec['dockerfile']}.dockerignore").is_file(),
+            f"{where}.dockerfile",
+            f"{spec['dockerfile']}.dockerignore is missing: the allow-list of what the build context may send",
+        )
         names = spec.get("components")
         _require(isinstance(names, list) and len(names) > 0, f"{where}.components", "a non-empty list")
         _require(len(set(names)) == len(names), f"{where}.components", "lists a component twice")
@@ -418,6 +583,7 @@ def lint_dockerfile(text: str, doc: Mapping[str, Any], image: str, *, where: str
             stages.add(match.group("alias").lower())
     problems.extend(lint_stage_args(text, set(expected), where=where))
     problems.extend(lint_text_for_pins(text, pinned_values(doc, image), where=where))
+    problems.extend(lint_context(text, doc, image, where=where))
     return problems
 
 

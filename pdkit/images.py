@@ -1,8 +1,8 @@
 """Container images in the plan: ECR repository names and tags derived from containers/versions.yaml.
 
-containers/versions.py owns that file's format and the tag rule (a hash of build args, Dockerfile and
-the kit scripts, so an immutable registry never sees the same tag twice); the plan asks it rather than
-repeating the rule.
+containers/versions.py owns that file's format and the tag rule (a hash of the build args, the Dockerfile
+and every file its build context admits, so an immutable registry never sees the same tag twice); the plan
+asks it rather than repeating the rule.
 """
 
 from __future__ import annotations

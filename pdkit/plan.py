@@ -41,6 +41,9 @@ INTERFACE_ENDPOINTS = (
     "aps-workspaces",  # the serving-metrics function queries Amazon Managed Service for Prometheus
 )
 GATEWAY_ENDPOINTS = ("s3",)
+# Kubernetes service range, set explicitly: a custom node image's nodeadm config must name it, and
+# CloudFormation exposes no attribute to read it back from the cluster.
+SERVICE_CIDR = "172.20.0.0/16"
 PRIVATE_SUBNET_MASK = 19
 PUBLIC_SUBNET_MASK = 24
 
@@ -138,6 +141,7 @@ class Plan:
     roles: dict[str, RolePlan]
     cluster_name: str
     kubernetes_version: str
+    service_cidr: str
     network_interfaces: tuple[NetworkInterface, ...]
     gpu_node_labels: dict[str, str]
     system_node_labels: dict[str, str]
@@ -205,6 +209,7 @@ def _build(p: Profile, path: str) -> Plan:
         roles=roles,
         cluster_name=p.name,
         kubernetes_version=p.cluster.kubernetes_version,
+        service_cidr=SERVICE_CIDR,
         network_interfaces=_interfaces(instance, efa),
         # The NVIDIA device plugin chart schedules only on nodes carrying this label (or an NFD one).
         gpu_node_labels={"nvidia.com/gpu.present": "true"},
@@ -462,7 +467,9 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int) 
         context_length=r.context_length,
         mem_fraction_static=r.mem_fraction_static,
         max_running_requests=r.max_running_requests,
-        node_group_name=f"{p.name}-{name}",
+        # EKS cannot move a node group between a launch template with and without an image id, and
+        # CloudFormation cannot replace a custom-named group in place: the image source is in the name.
+        node_group_name=f"{p.name}-{name}" + ("-custom" if p.ami.source == "custom" else ""),
         labels={ROLE_LABEL: name},
         taint={"key": ROLE_LABEL, "value": name, "effect": "NoSchedule"},
         efa_devices_per_node=efa,

@@ -1,6 +1,10 @@
 """Block lifecycle automation: scale GPU node groups up when the block is delivered and to 0 at
-T-minus the drain lead (from the reservation's current end date), with notifications.
-Runtime code: pdkit/functions/block_lifecycle.py."""
+T-minus the drain lead (from the reservation's current end date), with notifications. Before the
+node groups go to 0 it scales the LeaderWorkerSets to 0 through the Kubernetes API, so the serving
+PodDisruptionBudgets never hold the drain (pdkit/serving/drain.py); at delivery it restores them.
+The function reaches the private API endpoint from the VPC (cluster security group ingress on 443)
+as the Kubernetes group of its access entry, which the serving objects bind to a namespaced Role.
+Runtime code: pdkit/functions/block_lifecycle.py and pdkit/functions/kube_api.py."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import json
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks as eks_l1
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -18,14 +24,19 @@ from constructs import Construct
 
 from pdkit import reservation
 from pdkit.plan import Plan
+from pdkit.serving import drain
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
 
 CHECK_EVERY = cdk.Duration.minutes(5)
+# The pod wait (drain.POD_WAIT_MINUTES) plus node group calls must fit in one invocation.
+TIMEOUT_MINUTES = 15
 
 
 class BlockLifecycle(Construct):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int) -> None:
+    def __init__(
+        self, scope: Construct, id_: str, *, plan: Plan, cluster: eks.ICluster, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int
+    ) -> None:
         super().__init__(scope, id_)
         stack = cdk.Stack.of(self)
         self.topic = sns.Topic(self, "Notifications", display_name=f"{plan.name} Capacity Block", master_key=key, enforce_ssl=True)
@@ -36,7 +47,7 @@ class BlockLifecycle(Construct):
             self,
             "Function",
             handler="pdkit.functions.block_lifecycle.handler",
-            modules=("reservation.py", "functions/block_lifecycle.py"),
+            modules=("reservation.py", "functions/block_lifecycle.py", "functions/kube_api.py"),
             description=f"{plan.name}: scale GPU node groups at Capacity Block start and drain before its end",
             vpc=vpc,
             key=key,
@@ -47,7 +58,31 @@ class BlockLifecycle(Construct):
                 "NODE_GROUPS": json.dumps(groups, sort_keys=True),
                 "DRAIN_LEAD_MINUTES": str(plan.drain_lead_minutes),
                 "TOPIC_ARN": self.topic.topic_arn,
+                "KUBE_ENDPOINT": cluster.cluster_endpoint,
+                "KUBE_CA_DATA": cluster.cluster_certificate_authority_data,
+                **drain.drain_plan(plan).lifecycle_environment(),
             },
+            timeout_minutes=TIMEOUT_MINUTES,
+        )
+        # Kubernetes identity: a group only, no EKS access policy; the serving objects' Role says what it may do.
+        self.access_entry = eks_l1.CfnAccessEntry(
+            self,
+            "AccessEntry",
+            cluster_name=cluster.cluster_name,
+            principal_arn=self.function.role.role_arn,
+            kubernetes_groups=[drain.LIFECYCLE_GROUP],
+            type="STANDARD",
+        )
+        # In this stack, not on the cluster's security group object: that would make the cluster stack refer back here.
+        self.api_ingress = ec2.CfnSecurityGroupIngress(
+            self,
+            "KubernetesApiIngress",
+            group_id=cluster.cluster_security_group_id,
+            source_security_group_id=self.function.security_group.security_group_id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            description="Kubernetes API from the block lifecycle function",
         )
         nodegroups = [f"arn:{stack.partition}:eks:{stack.region}:{stack.account}:nodegroup/{plan.cluster_name}/{name}/*" for name in groups]
         scale = self.function.allow(

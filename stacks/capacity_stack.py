@@ -16,7 +16,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from pdkit.plan import Plan
+from pdkit.plan import Plan, RolePlan
 from stacks.block_lifecycle import BlockLifecycle
 from stacks.cluster_stack import NODE_POLICIES, ClusterStack
 from stacks.encrypted_log_group import logs_key
@@ -49,14 +49,25 @@ class CapacityStack(cdk.Stack):
         self.placement_group = (
             ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster") if plan.placement_group == "cluster" else None
         )
-        self.launch_template = GpuLaunchTemplate(
-            self,
-            "GpuLaunchTemplate",
-            plan=plan,
-            cluster_security_group_id=cluster.cluster.cluster_security_group_id,
-            efa_security_group=self.efa_security_group,
-            placement_group=self.placement_group.ref if self.placement_group else None,
-        ).template
+        custom_image = plan.profile.ami.source == "custom"
+
+        def launch_template(id_: str, role: RolePlan | None) -> ec2.CfnLaunchTemplate:
+            return GpuLaunchTemplate(
+                self,
+                id_,
+                plan=plan,
+                cluster=cluster.cluster,
+                cluster_security_group_id=cluster.cluster.cluster_security_group_id,
+                efa_security_group=self.efa_security_group,
+                placement_group=self.placement_group.ref if self.placement_group else None,
+                role=role,
+            ).template
+
+        shared = None if custom_image else launch_template("GpuLaunchTemplate", None)
+        self.launch_templates = {
+            role.name: launch_template(f"{role.name.capitalize()}LaunchTemplate", role) if custom_image else shared
+            for role in plan.roles.values()
+        }
 
         self.guard = ReservationGuard(self, "ReservationGuard", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
         self.node_role = iam.Role(
@@ -84,9 +95,10 @@ class CapacityStack(cdk.Stack):
                 # No instance_types: the type is in the launch template (aws-cdk-lib 2.275 also rejects P5-family
                 # types with the NVIDIA AMI type there, AmiTypeDoesNotMatchInstanceArchitecture).
                 launch_template_spec=eks.LaunchTemplateSpec(
-                    id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+                    id=self.launch_templates[role.name].ref, version=self.launch_templates[role.name].attr_latest_version_number
                 ),
-                ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+                # With a custom image id in the launch template EKS refuses an AMI type.
+                ami_type=None if custom_image else eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
                 node_role=self.node_role,
                 subnets=block_subnets,
                 min_size=0,
@@ -99,8 +111,11 @@ class CapacityStack(cdk.Stack):
             group.node.add_dependency(self.guard.check)
             self.node_groups[role.name] = group
 
-        self.lifecycle = BlockLifecycle(self, "BlockLifecycle", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
-        cdk.CfnOutput(self, "GpuLaunchTemplateId", value=self.launch_template.ref)
+        self.lifecycle = BlockLifecycle(
+            self, "BlockLifecycle", plan=plan, cluster=cluster.cluster, vpc=vpc, key=key, log_retention_days=retention
+        )
+        for name, template in self.launch_templates.items():
+            cdk.CfnOutput(self, f"{name.capitalize()}LaunchTemplateId", value=template.ref)
 
     @property
     def availability_zones(self) -> list[str]:

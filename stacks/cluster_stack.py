@@ -75,6 +75,7 @@ class ClusterStack(cdk.Stack):
             version=eks.KubernetesVersion.of(plan.kubernetes_version),
             vpc=network.vpc,
             vpc_subnets=[private],
+            service_ipv4_cidr=plan.service_cidr,
             endpoint_access=endpoint,
             secrets_encryption_key=self.secrets_key,
             cluster_logging=ALL_LOG_TYPES,

@@ -39,5 +39,11 @@ def pdkit_code(*modules: str) -> lambda_.Code:
     return lambda_.Code.from_asset(
         str(PDKIT),
         asset_hash_type=cdk.AssetHashType.OUTPUT,
-        bundling=cdk.BundlingOptions(image=cdk.DockerImage.from_registry("unused-local-bundling-only"), local=_CopyModules(files)),
+        bundling=cdk.BundlingOptions(
+            image=cdk.DockerImage.from_registry("unused-local-bundling-only"),
+            local=_CopyModules(files),
+            # CDK caches bundles by source path and bundling options, not by the local bundler: the file
+            # list must be in the options, or every function would get the first function's bundle.
+            command=list(files),
+        ),
     )

@@ -4,25 +4,33 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from pdkit import node_config
-from pdkit.plan import Plan
+from pdkit.plan import Plan, RolePlan
+from stacks.ami_node_image import custom_node_image
 from stacks.node_launch_template import metadata_options, root_volume
 
 L = ec2.CfnLaunchTemplate
 
 
 class GpuLaunchTemplate(Construct):
+    """With `ami.source: eks-optimized` one template serves both roles and EKS adds its bootstrap; with a
+    custom image the template names the image and carries the full nodeadm bootstrap, one per role so the
+    kubelet registers with the role's taint before any pod can land (stacks/ami_node_image.py)."""
+
     def __init__(
         self,
         scope: Construct,
         id_: str,
         *,
         plan: Plan,
+        cluster: eks.ICluster,
         cluster_security_group_id: str,
         efa_security_group: ec2.ISecurityGroup,
         placement_group: str | None,
+        role: RolePlan | None = None,
     ) -> None:
         super().__init__(scope, id_)
         efa = efa_security_group.security_group_id
@@ -37,12 +45,18 @@ class GpuLaunchTemplate(Construct):
             )
             for nic in plan.network_interfaces
         ]
+        image_id: str | None = None
+        user_data = cdk.Fn.base64(node_config.user_data())
+        if plan.profile.ami.source == "custom":
+            custom = custom_node_image(self, plan=plan, cluster=cluster, service_cidr=plan.service_cidr, role=role)
+            image_id, user_data = custom.image_id, custom.user_data
         self.template = L(
             self,
             "Resource",
             launch_template_data=L.LaunchTemplateDataProperty(
                 # ML Capacity Blocks need the instance type in the launch template, not on the node group.
                 instance_type=plan.instance.name,
+                image_id=image_id,
                 instance_market_options=L.InstanceMarketOptionsProperty(market_type="capacity-block"),
                 capacity_reservation_specification=L.CapacityReservationSpecificationProperty(
                     capacity_reservation_target=L.CapacityReservationTargetProperty(capacity_reservation_id=plan.reservation_id)
@@ -52,6 +66,6 @@ class GpuLaunchTemplate(Construct):
                 # With interfaces in the template, security groups go on each interface, never on the template.
                 network_interfaces=interfaces,
                 placement=L.PlacementProperty(group_name=placement_group) if placement_group else None,
-                user_data=cdk.Fn.base64(node_config.user_data()),
+                user_data=user_data,
             ),
         )

@@ -1,5 +1,6 @@
 """Images: ECR repositories (immutable tags, scan on push, lifecycle, KMS) and an in-region CodeBuild
-of containers/ for linux/amd64, started on deploy when the containers/ source changes.
+of containers/ (plus the pdkit weights-staging modules the serving image carries) for linux/amd64, started
+on deploy when that source changes.
 
 A 20+ GB CUDA image should not travel from a laptop; CodeBuild pulls bases and pushes to ECR inside
 the region. Repository names and tags come from the plan (containers/versions.yaml).
@@ -62,7 +63,25 @@ class ImagesStack(cdk.Stack):
             return
 
         source = s3_assets.Asset(
-            self, "Source", path=str(ROOT), exclude=["*", "!containers", "!containers/**", "containers/**/__pycache__"]
+            self,
+            "Source",
+            path=str(ROOT),
+            # containers/ plus the pdkit modules the serving image copies for the weights-staging init
+            # container (containers/sglang-efa/Dockerfile.dockerignore); the build context is this root.
+            # ".*": "*" skips dot entries, which would let .venv/.git/... files into the hash and the zip.
+            exclude=[
+                "*",
+                ".*",
+                "!containers",
+                "!containers/**",
+                "!pdkit",
+                "!pdkit/__init__.py",
+                "!pdkit/serving",
+                "!pdkit/serving/__init__.py",
+                "!pdkit/serving/staging.py",
+                "!pdkit/serving/weights_manifest.py",
+                "**/__pycache__",
+            ],
         )
         logs_kms = logs_key(self, "BuildLogsKey", description=f"{plan.name}: image build logs")
         build_logs = EncryptedLogGroup(self, "BuildLogs", key=logs_kms, retention_days=plan.profile.cluster.log_retention_days)
@@ -93,7 +112,7 @@ class ImagesStack(cdk.Stack):
             "StartBuild",
             handler="pdkit.functions.start_build.handler",
             modules=("functions/cfn_response.py", "functions/start_build.py"),
-            description=f"{plan.name}: start the image build when containers/ changes",
+            description=f"{plan.name}: start the image build when the image source changes",
             vpc=network.vpc,
             key=logs_kms,
             log_retention_days=plan.profile.cluster.log_retention_days,
@@ -104,7 +123,7 @@ class ImagesStack(cdk.Stack):
             "BuildOnDeploy",
             service_token=starter.function.function_arn,
             resource_type="Custom::ImageBuild",
-            # A new source hash (any change under containers/) starts a new build.
+            # A new source hash (containers/ or the staged pdkit modules) starts a new build.
             properties={"ProjectName": self.project.project_name, "SourceHash": source.asset_hash},
         )
         cdk.CfnOutput(self, "BuildProject", value=self.project.project_name)
@@ -120,7 +139,7 @@ class ImagesStack(cdk.Stack):
         acknowledge(
             self.project,
             {
-                "AwsSolutions-CB3": "The project builds container images with Docker (buildx), which needs a privileged build container; its only input is the containers/ source asset.",
+                "AwsSolutions-CB3": "The project builds container images with Docker (buildx), which needs a privileged build container; its only input is the image source asset (containers/ and the pdkit staging modules).",
             },
         )
         role = self.project.role
@@ -151,6 +170,9 @@ class ImagesStack(cdk.Stack):
 
 
 def _build_spec(plan: Plan, registry: str) -> dict[str, Any]:
+    # The build context is the source root (the repository layout), as for local builds and as
+    # containers/versions.yaml says; each Dockerfile.dockerignore narrows it to what that Dockerfile copies.
+    context = "."
     steps = []
     for image in plan.images.values():
         if not image.build:
@@ -160,7 +182,7 @@ def _build_spec(plan: Plan, registry: str) -> dict[str, Any]:
             f"if aws ecr describe-images --repository-name {image.repository} --image-ids imageTag={image.tag} >/dev/null 2>&1; "
             f'then echo "{ref} exists, skipping"; '
             f"else docker buildx build --platform linux/amd64 --progress plain --push -t {ref} "
-            f"$(python3 containers/build_args.py {image.name}) -f containers/{image.name}/Dockerfile containers; fi"
+            f"$(python3 containers/build_args.py {image.name}) -f containers/{image.name}/Dockerfile {context}; fi"
         )
     return {
         "version": "0.2",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -203,17 +205,24 @@ def test_notifications_topic_is_encrypted(kit):
     kit.template("capacity").has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
 
 
-def test_functions_are_packaged_without_docker_with_only_what_they_import(kit):
-    """The asset holds the handler and pdkit/reservation.py, nothing that needs pydantic or CDK."""
+def test_every_kit_function_ships_its_own_handler_and_nothing_heavy(kit):
+    """Packaged without Docker; each asset holds its own handler module (CDK caches bundles by options, so a
+    missing cache key once gave every function the first function's code), and nothing that needs pydantic or CDK."""
     from pathlib import Path
 
     out = Path(kit.assembly.directory)
-    assets = [p for p in out.glob("asset.*") if (p / "pdkit" / "functions").is_dir()]
-    assert assets, "local bundling produced the function assets"
-    for asset in assets:
-        files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
-        assert "pdkit/reservation.py" in files
-        assert not any(f.startswith("pdkit/profile") or f.startswith("pdkit/plan") for f in files)
+    seen = 0
+    for name in kit.stacks:
+        for fn in kit.template(name).find_resources("AWS::Lambda::Function").values():
+            handler = fn["Properties"].get("Handler", "")
+            if not handler.startswith("pdkit.functions."):
+                continue
+            seen += 1
+            asset = out / ("asset." + fn["Properties"]["Code"]["S3Key"].removesuffix(".zip"))
+            files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
+            assert handler.rsplit(".", 1)[0].replace(".", "/") + ".py" in files, handler
+            assert not any(f.startswith(("pdkit/profile", "pdkit/plan", "pdkit/catalog")) for f in files), handler
+    assert seen >= 5, "guard, lifecycle, image build starter, block clock, serving metrics"
 
 
 @pytest.mark.parametrize("devices", [8, 1])
@@ -221,3 +230,39 @@ def test_fewer_efa_devices_by_profile(raw_with, devices):
     kit = synth(raw_with("capacity.efa_devices", devices))
     nics = _lt(kit)["NetworkInterfaces"]
     assert len([n for n in nics if n["InterfaceType"] == "efa-only"]) == devices
+
+
+def test_custom_node_image_switches_the_launch_templates(raw_with):
+    """`ami.source: custom` reads the promoted AMI id from SSM at deploy and carries the full nodeadm bootstrap."""
+    kit = synth(raw_with("ami.source", "custom"))
+    t = kit.template_json("capacity")
+    templates = [r["Properties"]["LaunchTemplateData"] for r in t["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    assert len(templates) == 2, "one per role, so each kubelet registers with its role's taint"
+    parameters = t["Parameters"]
+    for data in templates:
+        (param,) = data["ImageId"].values()
+        assert parameters[param]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+        assert parameters[param]["Default"] == "/pdkit/glm51-2p2d/ami/gpu"
+        assert "apiServerEndpoint" in json.dumps(data["UserData"])
+        assert "pdkit/role" in json.dumps(data["UserData"])
+    for group in _node_groups(kit):
+        assert "AmiType" not in group, "EKS refuses an AMI type next to a launch template image id"
+        assert group["NodegroupName"].endswith("-custom")
+
+
+def test_custom_node_image_profile_is_policy_clean(raw_with):
+    from stacks.policy import packs
+
+    kit = synth(raw_with("ami.source", "custom"))
+    found = [
+        f"{v.rule_name} at {r.construct_path}"
+        for pack in packs(kit.app)
+        for v in pack.validate_scope(kit.app).violations
+        for r in v.violating_resources
+    ]
+    assert found == []
+
+
+def test_eks_optimized_image_keeps_one_shared_template_and_the_nvidia_ami_type(kit):
+    assert len(kit.template("capacity").find_resources("AWS::EC2::LaunchTemplate")) == 1
+    assert "ImageId" not in _lt(kit)

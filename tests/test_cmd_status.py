@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from botocore.stub import ANY
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
-from pdkit import kube
+from pdkit import kube, status_metrics
 from pdkit.cli import main
-from tests.fixtures.cmd_support import FakeApps, FakeCore, FakeCustom, k8s_node, lws, real_profile, router_deployment, stub_reservation
+from pdkit.context import load_plan
+from tests.fixtures.cmd_support import NOW, FakeApps, FakeCore, FakeCustom, k8s_node, lws, real_profile, router_deployment, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -161,3 +163,59 @@ def test_cluster_not_deployed(aws, capsys):
     aws("eks").add_client_error("describe_cluster", "ResourceNotFoundException", "No cluster found for name: glm51-2p2d.", 404)
     assert main(["status"]) == 2
     assert "cluster glm51-2p2d is not deployed in eu-south-2" in capsys.readouterr().err
+
+
+# --- --metrics: the dashboards' headline figures ------------------------------------------------
+
+
+def _metric_data(aws, profile_path: str, values: dict[str, float]):
+    plan = load_plan(profile_path)
+    queries = status_metrics.queries(plan)
+    results = [
+        {
+            "Id": q["Id"],
+            "Label": q["Id"],
+            "Timestamps": [NOW] if q["Id"] in values else [],
+            "Values": [values[q["Id"]]] if q["Id"] in values else [],
+            "StatusCode": "Complete",
+        }
+        for q in queries
+    ]
+    aws("cloudwatch").add_response(
+        "get_metric_data",
+        {"MetricDataResults": results},
+        {"MetricDataQueries": queries, "StartTime": ANY, "EndTime": ANY, "ScanBy": "TimestampDescending"},
+    )
+    return queries
+
+
+def test_metrics_without_data_wait_but_do_not_fail_status(aws, cluster, tmp_path, capsys):
+    """Outside a block there is no traffic: WAIT rows, and the exit code still says the deployment is fine."""
+    stub_aws(aws)
+    cluster()
+    path = real_profile(tmp_path)
+    _metric_data(aws, path, {})
+    assert main(["status", "--metrics", "--profile", path, "--output", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    metrics = [r for r in rows if r["area"] == "metrics"]
+    assert metrics
+    assert {r["state"] for r in metrics} == {"WAIT"}
+
+
+def test_a_figure_past_its_threshold_fails_status(aws, cluster, tmp_path, capsys):
+    stub_aws(aws)
+    cluster()
+    path = real_profile(tmp_path)
+    queries = status_metrics.queries(load_plan(path))
+    # Push every figure far up: at least the TPOT p99 (threshold from the profile) must then FAIL.
+    _metric_data(aws, path, {q["Id"]: 1e9 for q in queries})
+    assert main(["status", "--metrics", "--profile", path, "--output", "json"]) == 1
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert any(r["area"] == "metrics" and r["state"] == "FAIL" for r in rows)
+
+
+def test_without_the_flag_cloudwatch_is_not_called(aws, cluster, tmp_path):
+    stub_aws(aws)
+    cluster()
+    assert main(["status", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
+    assert "cloudwatch" not in {service for service, _, _ in aws.requested}

@@ -40,3 +40,24 @@ def test_every_profile_field_is_in_the_readme():
         ):
             missing.append(path)
     assert missing == []
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "runbooks").glob("*.md")), ROOT / "containers" / "README.md", ROOT / "ami" / "README.md"]
+
+
+def test_relative_links_in_docs_resolve():
+    broken = []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            if not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert broken == []
+
+
+def test_make_targets_named_in_docs_exist():
+    makefile = (ROOT / "Makefile").read_text() + "".join(p.read_text() for p in (ROOT / "mk").glob("*.mk"))
+    targets = set(re.findall(r"^([a-zA-Z][\w-]*):", makefile, re.M))
+    named = {t for doc in DOCS for t in re.findall(r"`make ([a-z][\w-]*)", doc.read_text())}
+    assert named - targets == set()

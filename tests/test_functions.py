@@ -1,4 +1,5 @@
-"""The deploy-time guard and the block lifecycle Lambdas, against botocore's real service models (Stubber)."""
+"""The deploy-time guard and the block lifecycle Lambdas, against botocore's real service models (Stubber).
+The lifecycle's Kubernetes side (drain order, timeouts, an unreachable API) is in tests/test_block_drain.py."""
 
 from __future__ import annotations
 
@@ -143,6 +144,25 @@ def test_cfn_response_refuses_non_https():
 
 
 GROUPS = {"g-decode": 2, "g-prefill": 2}
+SERVING = {"namespace": "ns", "pod_label": "leaderworkerset.sigs.k8s.io/name", "leader_worker_sets": {"lws-decode": 1, "lws-prefill": 1}}
+
+
+class Kube:
+    """A Kubernetes API where every LeaderWorkerSet exists and pods go at once; records the calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self):
+        return self
+
+    def scale_leader_worker_set(self, namespace, name, replicas):
+        self.calls.append(("scale", namespace, name, replicas))
+        return True
+
+    def pods(self, namespace, selector):
+        self.calls.append(("pods", namespace, selector))
+        return []
 
 
 @pytest.fixture
@@ -153,12 +173,15 @@ def env(monkeypatch):
         "RESERVATION_ID": RID,
         "DRAIN_LEAD_MINUTES": "60",
         "TOPIC_ARN": "arn:aws:sns:eu-south-2:123456789012:t",
+        "SERVING": json.dumps(SERVING),
+        "DRAIN_WAIT_SECONDS": "600",
     }.items():
         monkeypatch.setenv(key, value)
 
 
 class Clients:
     def __init__(self):
+        self.kube = Kube()
         self.ec2, self.eks, self.sns = _client("ec2"), _client("eks"), _client("sns")
         self.stubs = {name: Stubber(getattr(self, name)) for name in ("ec2", "eks", "sns")}
 
@@ -172,6 +195,7 @@ class Clients:
                 {"nodegroup": {"nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": current}}},
                 {"clusterName": "c", "nodegroupName": name},
             )
+        for name in GROUPS:
             if current != target:
                 self.stubs["eks"].add_response(
                     "update_nodegroup_config",
@@ -190,10 +214,14 @@ class Clients:
     def run(self, event, now=NOW):
         for stub in self.stubs.values():
             stub.activate()
-        result = block_lifecycle.handler(event, None, clients=self.as_dict(), now=now)
+        result = block_lifecycle.handler(event, None, clients=self.as_dict(), now=now, kube=self.kube, sleep=_no_sleep)
         for stub in self.stubs.values():
             stub.assert_no_pending_responses()
         return result
+
+
+def _no_sleep(seconds):
+    raise AssertionError("pods were gone: nothing to wait for")
 
 
 @pytest.mark.parametrize("spelling", reservation.DELIVERED)
@@ -201,7 +229,8 @@ def test_delivered_scales_every_role_to_its_plan_size(env, spelling):
     c = Clients()
     c.nodegroups(current=0, target=2)
     c.notified()
-    assert c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}}) == {"action": "scale-up"}
+    assert c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}}) == {"action": "scale-up", "serving": "restored"}
+    assert c.kube.calls == [("scale", "ns", "lws-decode", 1), ("scale", "ns", "lws-prefill", 1)]
 
 
 @pytest.mark.parametrize("spelling", reservation.EXPIRING)
@@ -209,7 +238,19 @@ def test_expiration_warning_scales_to_zero(env, spelling):
     c = Clients()
     c.nodegroups(current=2, target=0)
     c.notified()
-    assert c.run({"detail-type": spelling}) == {"action": "scale-down"}
+    assert c.run({"detail-type": spelling}) == {"action": "scale-down", "serving": "drained"}
+    assert [call[:4] for call in c.kube.calls if call[0] == "scale"] == [
+        ("scale", "ns", "lws-decode", 0),
+        ("scale", "ns", "lws-prefill", 0),
+    ]
+
+
+def test_expiration_warning_after_the_drain_only_reports(env):
+    c = Clients()
+    c.nodegroups(current=0, target=0)
+    c.notified()
+    assert c.run({"detail-type": reservation.EXPIRING[0]}) == {"action": "scale-down", "serving": "skipped"}
+    assert c.kube.calls == []
 
 
 def test_clock_drains_at_t_minus_60(env):
@@ -217,7 +258,36 @@ def test_clock_drains_at_t_minus_60(env):
     c.reservation(State="active", EndDate=NOW + timedelta(minutes=59))
     c.nodegroups(current=2, target=0)
     c.notified()
-    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain"}
+    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain", "serving": "drained"}
+    assert c.kube.calls == [
+        ("scale", "ns", "lws-decode", 0),
+        ("scale", "ns", "lws-prefill", 0),
+        ("pods", "ns", {"leaderworkerset.sigs.k8s.io/name": "lws-decode"}),
+        ("pods", "ns", {"leaderworkerset.sigs.k8s.io/name": "lws-prefill"}),
+    ]
+
+
+def test_clock_drains_only_what_is_still_up(env):
+    """A group someone already scaled to 0 is not updated again; the rest still drain."""
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(minutes=45))
+    c.stubs["eks"].add_response(
+        "describe_nodegroup",
+        {"nodegroup": {"nodegroupName": "g-decode", "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0}}},
+        {"clusterName": "c", "nodegroupName": "g-decode"},
+    )
+    c.stubs["eks"].add_response(
+        "describe_nodegroup",
+        {"nodegroup": {"nodegroupName": "g-prefill", "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 2}}},
+        {"clusterName": "c", "nodegroupName": "g-prefill"},
+    )
+    c.stubs["eks"].add_response(
+        "update_nodegroup_config",
+        {"update": {"id": "u"}},
+        {"clusterName": "c", "nodegroupName": "g-prefill", "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0}},
+    )
+    c.notified()
+    assert c.run({"detail-type": "Scheduled Event"})["action"] == "drain"
 
 
 def test_clock_waits_while_the_block_has_time(env):
@@ -244,3 +314,4 @@ def test_clock_does_not_renotify_once_drained(env):
     c.reservation(State="active", EndDate=NOW + timedelta(minutes=30))
     c.nodegroups(current=0, target=0)
     assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
+    assert c.kube.calls == [], "no Kubernetes call once the groups are at 0"

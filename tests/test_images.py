@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 from aws_cdk.assertions import Match
@@ -52,6 +53,47 @@ def test_build_spec_pushes_each_planned_tag_and_skips_existing(kit):
         assert f"imageTag={image.tag}" in commands, "an existing immutable tag is skipped, not rebuilt"
     assert "--platform linux/amd64" in commands
     assert "containers/build_args.py" in commands, "build args come from versions.yaml, as for local builds"
+
+
+def test_build_spec_uses_the_dockerfile_and_context_of_the_versions_file(kit):
+    """CodeBuild builds what a local build builds: the same Dockerfile and context (whose allow-list is next to the Dockerfile)."""
+    versions = _versions_module()
+    doc = versions.load(versions.VERSIONS_FILE)
+    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
+    steps = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+    for image in kit.plan.images.values():
+        (step,) = [s for s in steps if f"containers/build_args.py {image.name})" in s]
+        spec = doc["images"][image.name]
+        assert f" -f {spec['dockerfile']} {spec['context']}; fi" in step, step
+
+
+def _staged_source(kit) -> Path:
+    """The images stack's Source asset as CDK staged it (what the S3 zip, and so CodeBuild, gets)."""
+    assembly = Path(kit.assembly.directory)
+    manifest = json.loads((assembly / f"{kit.stacks['images'].artifact_id}.assets.json").read_text())
+    (staged,) = [
+        assembly / entry["source"]["path"]
+        for entry in manifest["files"].values()
+        if entry["source"].get("packaging") == "zip" and (assembly / entry["source"]["path"] / "containers").is_dir()
+    ]
+    return staged
+
+
+def test_source_asset_holds_every_build_context_file_and_nothing_else(kit):
+    """containers/ plus exactly the pdkit modules the serving image copies; no dotfiles, caches, venvs or the rest of pdkit."""
+    versions = _versions_module()
+    doc = versions.load(versions.VERSIONS_FILE)
+    staged = _staged_source(kit)
+    files = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
+    needed = {p.relative_to(versions.REPO_ROOT).as_posix() for image in doc["images"] for p in versions.context_files(doc, image)}
+    needed |= {versions.dockerfile_path(doc, image).relative_to(versions.REPO_ROOT).as_posix() for image in doc["images"]}
+    needed |= {versions.dockerignore_path(doc, image).relative_to(versions.REPO_ROOT).as_posix() for image in doc["images"]}
+    needed |= {"containers/build_args.py", "containers/versions.py", "containers/versions.yaml"}
+    assert needed <= files, sorted(needed - files)
+    outside = {name for name in files if not name.startswith("containers/")}
+    assert outside == {name for name in needed if name.startswith("pdkit/")}, sorted(outside)
+    assert {"pdkit/serving/staging.py", "pdkit/serving/weights_manifest.py"} <= outside
+    assert not [name for name in files if "__pycache__" in name or any(part.startswith(".") for part in name.split("/"))]
 
 
 def test_build_starts_on_deploy_when_the_source_changes(kit):

@@ -59,13 +59,25 @@ EXPECTED_FROM_BUILD_ARGS = {
     "NIXL_PACKAGE": "nixl_package",
     "NIXL_VERSION": "nixl",
     "SGLANG_VERSION": "sglang",
-    "SGLANG_ROUTER_VERSION": "sglang_router",
+    "ROUTER_PACKAGE": "router_package",
+    "ROUTER_VERSION": "router",
+    "ROUTER_MODULE": "router_module",
+    "BOTO3_VERSION": "boto3",
     "NCCL_TESTS_COMMIT": "nccl_tests_commit",
 }
 # Libraries a GPU-less build cannot resolve and a GPU pod gets anyway: the driver's (injected by the
 # NVIDIA container toolkit) and the CUDA runtime, which torch loads from its wheels before these libraries.
 RUNTIME_PROVIDED = re.compile(r"^(libcuda\.so\.\d+|libnvidia-ml\.so\.\d+|libcudart\.so\.\d+)$")
 NON_EFA_MOONCAKE = "mooncake-transfer-engine"
+# The weights-staging init container runs `python3 -m pdkit.serving.staging` from the serving image.
+# The probe imports it (and what it imports lazily) with that same interpreter and reports whether
+# botocore sees the AWS CRT (boto3[crt]), which S3 transfers use for parallel ranged GETs.
+STAGING_MODULE = "pdkit.serving.staging"
+STAGING_MARKER = "selftest-staging-import-ok"
+STAGING_PROBE = (
+    f"import {STAGING_MODULE}, boto3.s3.transfer, botocore.compat; "
+    f"print('{STAGING_MARKER} crt=' + str(botocore.compat.HAS_CRT) + ' file=' + {STAGING_MODULE}.__file__)"
+)
 SGL_DEEP_EP = "sgl-deep-ep"
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
@@ -221,8 +233,46 @@ def check_sglang(system: System, expected: Mapping[str, str]) -> Result:
     return _package_version(system, "sglang version", "sglang", expected["sglang"])
 
 
-def check_sglang_router(system: System, expected: Mapping[str, str]) -> Result:
-    return _package_version(system, "sglang-router version", "sglang-router", expected["sglang_router"])
+def check_router(system: System, expected: Mapping[str, str]) -> Result:
+    """The PD router is the pinned package and ships the module the router Deployment runs (`python3 -m <module>`)."""
+    name = "PD router version and module"
+    dist = normalize(expected["router_package"])
+    module = expected["router_module"]
+    version = system.dist_version(dist)
+    if version is None:
+        return Result(name, FAIL, f"{dist} is not installed (expected {expected['router']})")
+    problems: list[str] = []
+    if base_version(version) != expected["router"]:
+        problems.append(f"{dist} {version} installed, versions.yaml pins {expected['router']}")
+    top_level = module.split(".")[0]
+    owners = system.module_owners(top_level)
+    if owners != [dist]:
+        problems.append(f"module {top_level} comes from {owners or 'nothing'}, expected {dist}")
+    module_file = "/" + module.replace(".", "/") + ".py"
+    if not _find_file(system.dist_files(dist), re.escape(module_file) + "$"):
+        problems.append(f"{dist} does not ship {module} ({module_file.lstrip('/')}), which the router Deployment runs")
+    return _result(name, problems, f"{dist} {version}: python3 -m {module}")
+
+
+def check_weights_staging(system: System, expected: Mapping[str, str]) -> Result:
+    """`python3 -m pdkit.serving.staging` (the init container's command) imports, with boto3 on the AWS CRT."""
+    name = "weights staging module"
+    problems: list[str] = []
+    version = system.dist_version("boto3")
+    if version is None:
+        problems.append("boto3 is not installed")
+    elif base_version(version) != expected["boto3"]:
+        problems.append(f"boto3 {version} installed, versions.yaml pins {expected['boto3']}")
+    if system.dist_version("awscrt") is None:
+        problems.append("awscrt is not installed (boto3 without the crt extra)")
+    output = system.run(["python3", "-c", STAGING_PROBE])
+    marker = next((line for line in output.splitlines() if line.startswith(STAGING_MARKER)), None)
+    if marker is None:
+        last_line = output.strip().splitlines()[-1] if output.strip() else "no output"
+        problems.append(f"`python3 -c 'import {STAGING_MODULE}'` failed: {last_line[-240:]}")
+    elif "crt=True" not in marker.split():
+        problems.append("botocore does not see the AWS CRT (HAS_CRT is False): S3 staging would use the classic transfer")
+    return _result(name, problems, f"{STAGING_MODULE} imports; boto3 {version} with awscrt {system.dist_version('awscrt')}")
 
 
 def check_torch(system: System, expected: Mapping[str, str]) -> Result:
@@ -488,7 +538,8 @@ CHECKS: dict[str, list[Check]] = {
         check_mooncake_efa,
         check_nixl_libfabric,
         check_sglang,
-        check_sglang_router,
+        check_router,
+        check_weights_staging,
     ],
     "validation": [
         check_efa_installer,
@@ -518,7 +569,10 @@ REQUIRED_KEYS = {
         "nixl_package",
         "nixl",
         "sglang",
-        "sglang_router",
+        "router_package",
+        "router",
+        "router_module",
+        "boto3",
     },
     "validation": {
         "cuda_version",

@@ -10,6 +10,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "status", parents=[common], help="the deployment against its plan: node groups, nodes, GPUs, EFA, serving; exit 0 when all OK"
     )
     p.add_argument("--kube-context", metavar="NAME", help="kubeconfig context (default: the current one; KUBECONFIG is honoured)")
+    p.add_argument(
+        "--metrics", action="store_true", help="add the dashboards' headline figures from CloudWatch (needs cloudwatch:GetMetricData)"
+    )
     p.add_argument("--output", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)
 
@@ -23,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     aws = Aws.for_args(args, plan)
     with aws_errors.translated(region=aws.region):
         report = status.gather(plan, aws, now=capacity.now(), kube=lambda: kube.connect(args.kube_context))
+        if args.metrics:
+            status.add_metrics(report, plan, aws, now=capacity.now())
     access = kube.access_path(plan, aws.region) if report.kube_error else []
     if args.output == "json":
         console.print_json(report.to_dict() | {"access_path": access})

@@ -1,59 +1,166 @@
 """Capacity Block lifecycle: operators need not be awake at block start or end.
 
-- "Capacity Block Delivered": scale the GPU node groups to their plan sizes.
+- "Capacity Block Delivered": scale the GPU node groups to their plan sizes, then put every
+  LeaderWorkerSet back to its plan replicas (pods wait as Pending until the nodes join).
 - every few minutes: once the block's *current* end date (extensions move it) is within the drain
-  lead (T-60 by default), scale the GPU node groups to 0. EKS managed node groups drain nodes as
-  they scale in, ahead of EC2's T-40 warning, EKS's own scale-down and T-30 termination.
-- "Capacity Block Expiration Warning": the same scale-down, as a backstop.
-Every action is announced on the kit's SNS topic.
+  lead (T-60 by default), drain: scale every LeaderWorkerSet to 0 through the Kubernetes API, wait
+  (bounded) for their pods to go, then scale the GPU node groups to 0. Deleting pods is not subject
+  to the serving PodDisruptionBudgets, so they never hold the node drain EKS then does, ahead of
+  EC2's T-40 warning, EKS's own scale-down and T-30 termination (pdkit/serving/drain.py).
+- "Capacity Block Expiration Warning": the same drain, as a backstop.
+The node groups are scaled whatever the Kubernetes API answers: a serving step that fails or times
+out is reported, never a reason to keep the nodes. Every action is announced on the kit's SNS topic.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from pdkit import reservation
+from pdkit.functions import kube_api
+
+POLL_SECONDS = 10
+# Kept free of the pod wait within one invocation: node group calls and the notification.
+RESERVE_SECONDS = 90
 
 
-def handler(event: dict[str, Any], context: Any, *, clients: dict[str, Any] | None = None, now: datetime | None = None) -> dict[str, Any]:
+def handler(
+    event: dict[str, Any],
+    context: Any,
+    *,
+    clients: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    kube: Callable[[], kube_api.KubeApi] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
     env = os.environ
     c = clients or _clients()
     groups: dict[str, int] = json.loads(env["NODE_GROUPS"])
     cluster, reservation_id = env["CLUSTER_NAME"], env["RESERVATION_ID"]
+    serving = Serving(json.loads(env["SERVING"]), kube or (lambda: kube_api.from_env(os.environ)))
     kind = event.get("detail-type", "")
     if kind in reservation.DELIVERED:
-        _scale(c["eks"], cluster, groups, up=True)
-        _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}.")
-        return {"action": "scale-up"}
+        _apply(c["eks"], cluster, groups, _current(c["eks"], cluster, groups), up=True)
+        restored, note = serving.restore()
+        _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {note}")
+        return {"action": "scale-up", "serving": restored}
     if kind in reservation.EXPIRING:
-        changed = _scale(c["eks"], cluster, groups, up=False)
-        _notify(
-            c["sns"],
-            f"Capacity Block {reservation_id} expires in 40 minutes: GPU node groups {'scaled to 0' if changed else 'already at 0'}.",
-        )
-        return {"action": "scale-down"}
+        current = _current(c["eks"], cluster, groups)
+        if not any(current.values()):
+            _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes: GPU node groups already at 0.")
+            return {"action": "scale-down", "serving": "skipped"}
+        drained, note = serving.drain(_wait_seconds(env, context), clock, sleep)
+        _apply(c["eks"], cluster, groups, current, up=False)
+        _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes. {note} GPU node groups scaled to 0.")
+        return {"action": "scale-down", "serving": drained}
     found = c["ec2"].describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     if not found or found[0].get("State") != "active" or "EndDate" not in found[0]:
         return {"action": "none"}
     end = found[0]["EndDate"]
     if not reservation.drain_due(end, now or datetime.now(UTC), int(env["DRAIN_LEAD_MINUTES"])):
         return {"action": "none"}
-    if _scale(c["eks"], cluster, groups, up=False):
-        _notify(c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining serving now, GPU node groups scale to 0.")
-        return {"action": "drain"}
-    return {"action": "none"}
+    current = _current(c["eks"], cluster, groups)
+    if not any(current.values()):
+        return {"action": "none"}
+    drained, note = serving.drain(_wait_seconds(env, context), clock, sleep)
+    _apply(c["eks"], cluster, groups, current, up=False)
+    _notify(c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining. {note} GPU node groups scale to 0.")
+    return {"action": "drain", "serving": drained}
 
 
-def _scale(eks: Any, cluster: str, groups: dict[str, int], *, up: bool) -> bool:
+class Serving:
+    """The LeaderWorkerSets of the plan (pdkit/serving/drain.py hands them over as SERVING)."""
+
+    def __init__(self, spec: dict[str, Any], connect: Callable[[], kube_api.KubeApi]) -> None:
+        self.namespace: str = spec["namespace"]
+        self.pod_label: str = spec["pod_label"]
+        self.replicas: dict[str, int] = spec["leader_worker_sets"]
+        self._connect = connect
+
+    def drain(self, wait_seconds: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[str, str]:
+        """Scale every LeaderWorkerSet to 0 and wait for its pods; (outcome, sentence for the notification)."""
+        scaled: list[str] = []
+        try:
+            api = self._connect()
+            for name in self.replicas:
+                if api.scale_leader_worker_set(self.namespace, name, 0):
+                    scaled.append(name)
+        except Exception as exc:  # the node groups must scale whatever the API does
+            done = f" (already scaled: {', '.join(scaled)})" if scaled else ""
+            return "failed", (
+                f"Serving objects NOT scaled to 0{done}: {exc}. PodDisruptionBudgets may hold the node drain until EC2 reclaims "
+                f"the instances; scale by hand: {self._kubectl(0)}."
+            )
+        if not scaled:
+            return "absent", f"No LeaderWorkerSet of this deployment in {self.namespace} ({', '.join(self.replicas)}): nothing to scale."
+        deadline = clock() + wait_seconds
+        try:
+            while True:
+                left = {name: pods for name in scaled if (pods := api.pods(self.namespace, {self.pod_label: name}))}
+                if not left:
+                    return "drained", f"Serving scaled to 0 ({', '.join(scaled)}) and its pods are gone."
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    count = sum(len(p) for p in left.values())
+                    return "timeout", (
+                        f"Serving scaled to 0 ({', '.join(scaled)}) but {count} pod(s) of {', '.join(left)} were still there after "
+                        f"{round(wait_seconds)} s; scaling the node groups anyway."
+                    )
+                sleep(min(POLL_SECONDS, remaining))
+        except Exception as exc:  # scaled, but the wait failed: the nodes still go
+            return "unconfirmed", f"Serving scaled to 0 ({', '.join(scaled)}), but its pods could not be listed: {exc}."
+
+    def restore(self) -> tuple[str, str]:
+        """Scale every LeaderWorkerSet back to its plan replicas; (outcome, sentence for the notification)."""
+        restored: list[str] = []
+        missing: list[str] = []
+        try:
+            api = self._connect()
+            for name, replicas in self.replicas.items():
+                (restored if api.scale_leader_worker_set(self.namespace, name, replicas) else missing).append(name)
+        except Exception as exc:  # the nodes are coming up either way
+            done = f" (already restored: {', '.join(restored)})" if restored else ""
+            return "failed", f"Serving objects NOT restored{done}: {exc}. Restore by hand: {self._kubectl(None)}."
+        note = f"Serving restored to the plan's replicas ({', '.join(f'{n}: {self.replicas[n]}' for n in restored) or 'none'})."
+        if missing:
+            note += f" Not found in {self.namespace}: {', '.join(missing)}; deploy the serving stack."
+        return ("restored" if not missing else "partial"), note
+
+    def _kubectl(self, replicas: int | None) -> str:
+        return "; ".join(
+            f"kubectl -n {self.namespace} scale leaderworkerset/{name} --replicas={plan if replicas is None else replicas}"
+            for name, plan in self.replicas.items()
+        )
+
+
+def _wait_seconds(env: Any, context: Any) -> float:
+    """The drain's pod wait, never longer than this invocation has left after the node group calls."""
+    wait = float(env["DRAIN_WAIT_SECONDS"])
+    if context is not None:
+        wait = min(wait, context.get_remaining_time_in_millis() / 1000 - RESERVE_SECONDS)
+    return max(wait, 0.0)
+
+
+def _current(eks: Any, cluster: str, groups: dict[str, int]) -> dict[str, int]:
+    """Each group's desired size now."""
+    return {
+        name: int(eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]["scalingConfig"].get("desiredSize", 0))
+        for name in groups
+    }
+
+
+def _apply(eks: Any, cluster: str, groups: dict[str, int], current: dict[str, int], *, up: bool) -> bool:
     """Set every group's size; True when anything changed. Desired size is owned here and by `pdkit nodes`."""
     changed = False
     for name, size in groups.items():
-        current = eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]["scalingConfig"]
         desired = size if up else 0
-        if current.get("desiredSize") == desired:
+        if current.get(name) == desired:
             continue
         eks.update_nodegroup_config(
             clusterName=cluster, nodegroupName=name, scalingConfig={"minSize": 0, "maxSize": max(size, 1), "desiredSize": desired}

@@ -6,14 +6,26 @@ pods: it first scales every LeaderWorkerSet to zero, which deletes their pods (d
 subject to a PodDisruptionBudget), waits for them to be gone, and only then scales the GPU node
 groups to zero, whose nodes then hold no pod a budget covers. At the next block the LeaderWorkerSets
 go back to the plan's replicas (pods wait as Pending until the nodes join).
+
+This module is the one source of what the block lifecycle Lambda (pdkit/functions/block_lifecycle.py)
+scales: `lifecycle_environment` hands it the namespace, the pod label and every LeaderWorkerSet with
+its plan replicas, and the Kubernetes group its access entry maps to (bound by the Role that
+pdkit/serving/manifests.py renders).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pdkit.plan import Plan
 from pdkit.serving import names
+
+# The access entry of the lifecycle function maps its IAM role to this Kubernetes group; the serving
+# objects bind it to a Role that may only scale this deployment's LeaderWorkerSets and list pods.
+LIFECYCLE_GROUP = "pdkit:block-lifecycle"
+# How long the lifecycle waits for serving pods to go before it scales the node groups anyway.
+POD_WAIT_MINUTES = 10
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,17 @@ class DrainPlan:
 
     def kubectl_wait_gone(self) -> list[list[str]]:
         return [
-            ["kubectl", "-n", self.namespace, "wait", "--for=delete", "pod", "-l", f"{names.LWS_NAME_LABEL}={name}", "--timeout=10m"]
+            [
+                "kubectl",
+                "-n",
+                self.namespace,
+                "wait",
+                "--for=delete",
+                "pod",
+                "-l",
+                f"{names.LWS_NAME_LABEL}={name}",
+                f"--timeout={POD_WAIT_MINUTES}m",
+            ]
             for name in self.leader_worker_sets
         ]
 
@@ -38,6 +60,11 @@ class DrainPlan:
             for name, replicas in self.leader_worker_sets.items()
         ]
 
+    def lifecycle_environment(self) -> dict[str, str]:
+        """Environment of the block lifecycle Lambda: what to scale to 0 and restore, how long to wait."""
+        serving = {"namespace": self.namespace, "pod_label": names.LWS_NAME_LABEL, "leader_worker_sets": self.leader_worker_sets}
+        return {"SERVING": json.dumps(serving, sort_keys=True), "DRAIN_WAIT_SECONDS": str(POD_WAIT_MINUTES * 60)}
+
 
 def drain_plan(plan: Plan) -> DrainPlan:
     return DrainPlan(
@@ -45,3 +72,8 @@ def drain_plan(plan: Plan) -> DrainPlan:
         leader_worker_sets={names.lws_name(plan, r.name): r.replicas for r in plan.roles.values()},
         node_groups=tuple(r.node_group_name for r in plan.roles.values()),
     )
+
+
+def lifecycle_rbac_name(plan: Plan) -> str:
+    """Name of the Role and RoleBinding that let the lifecycle function scale serving."""
+    return f"{plan.name}-block-lifecycle"

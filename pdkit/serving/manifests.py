@@ -22,7 +22,7 @@ import yaml
 
 from pdkit.node_config import NVME_MOUNT
 from pdkit.plan import ROLE_LABEL, Plan, RolePlan
-from pdkit.serving import names
+from pdkit.serving import drain, names
 from pdkit.serving.environment import fabric_env
 from pdkit.serving.inputs import ServingInputs
 from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT, router_argv
@@ -80,6 +80,7 @@ def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
     for role in plan.roles.values():
         objs.append(role_disruption_budget(plan, role))
     objs += [router_deployment(plan, inputs), router_disruption_budget(plan), router_service(plan)]
+    objs += [block_lifecycle_role(plan), block_lifecycle_binding(plan)]
     return objs
 
 
@@ -315,6 +316,35 @@ def role_disruption_budget(plan: Plan, role: RolePlan) -> Obj:
     }
     meta = _meta(plan, names.lws_name(plan, role.name), "sglang")
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta, "spec": spec}
+
+
+def block_lifecycle_role(plan: Plan) -> Obj:
+    """What the block lifecycle Lambda does through the API (pdkit/serving/drain.py): scale this
+    deployment's LeaderWorkerSets (merge patch of spec.replicas) and list pods to see them go."""
+    group, _ = LWS_API.split("/")
+    rules = [
+        {
+            "apiGroups": [group],
+            "resources": ["leaderworkersets"],
+            "resourceNames": sorted(drain.drain_plan(plan).leader_worker_sets),
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    meta = _meta(plan, drain.lifecycle_rbac_name(plan), "block-lifecycle")
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules}
+
+
+def block_lifecycle_binding(plan: Plan) -> Obj:
+    """Binds the Role to the Kubernetes group the lifecycle function's EKS access entry carries."""
+    name = drain.lifecycle_rbac_name(plan)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(plan, name, "block-lifecycle"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": drain.LIFECYCLE_GROUP}],
+    }
 
 
 def _router_labels(plan: Plan) -> dict[str, str]:

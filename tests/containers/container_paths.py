@@ -30,7 +30,8 @@ def load_module(name: str, path: Path) -> ModuleType:
 
 
 def dockerfiles() -> list[Path]:
-    return sorted(path for path in CONTAINERS_DIR.rglob("Dockerfile*") if path.is_file())
+    """Every Dockerfile under containers/ (not their `Dockerfile.dockerignore` allow-lists)."""
+    return sorted(path for path in CONTAINERS_DIR.rglob("Dockerfile*") if path.is_file() and path.suffix != ".dockerignore")
 
 
 def shell_scripts() -> list[Path]:

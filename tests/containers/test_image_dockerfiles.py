@@ -106,7 +106,7 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
     "arg default equal to versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION=0.5.23\n", "has a default"),
     "arg default differing": ("ARG TORCH_VERSION\n", "ARG TORCH_VERSION=2.9.0\n", "has a default"),
     "arg not in versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION\nARG FLASHINFER_VERSION\n", "not produced by build_args.py"),
-    "arg never declared": ("ARG SGLANG_ROUTER_VERSION\n", "", "never declares ARG SGLANG_ROUTER_VERSION"),
+    "arg never declared": ("ARG ROUTER_VERSION\n", "", "never declares ARG ROUTER_VERSION"),
     "pinned literal in RUN": ('"sglang==${SGLANG_VERSION}"', '"sglang==0.5.23"', "version literal"),
     "unpinned-style literal": ('"ninja==${NINJA_VERSION}"', '"ninja==1.11.1"', "version literal"),
     "commit literal": (
@@ -127,6 +127,16 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
     ),
     "arg a kit script needs, missing in its stage": ("ARG LIBFABRIC_VERSION\nSHELL", "SHELL", "stage efa-base uses LIBFABRIC_VERSION"),
     "latest": ("pip uninstall --yes sgl-deep-ep", "pip install --upgrade uccl==latest", "'latest'"),
+    "COPY of a file the allow-list does not admit": (
+        "COPY pdkit/__init__.py /opt/pdkit/pdkit/",
+        "COPY pdkit/plan.py pdkit/__init__.py /opt/pdkit/pdkit/",
+        "COPY pdkit/plan.py: not in the build context",
+    ),
+    "allow-list admits what no COPY uses": (
+        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_manifest.py /opt/pdkit/pdkit/serving/\n",
+        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py /opt/pdkit/pdkit/serving/\n",
+        "admits pdkit/serving/weights_manifest.py, which no COPY uses",
+    ),
 }
 
 
@@ -225,3 +235,76 @@ def test_runtime_stage_declares_what_the_selftest_records(
     declared = set(versions.dockerfile_args("\n".join(stages["runtime"])))
     needed = {arg for arg, key in selftest.EXPECTED_FROM_BUILD_ARGS.items() if key in selftest.REQUIRED_KEYS[profile]}
     assert needed <= declared, sorted(needed - declared)
+
+
+# --------------------------------------------------------------------------------------------------
+# Build context: the Dockerfile.dockerignore allow-lists, matched with Docker's rules
+# --------------------------------------------------------------------------------------------------
+
+# (ignore file, path, excluded?) -- the examples of Docker's .dockerignore reference, plus the allow-list shape.
+DOCKERIGNORE_CASES = [
+    ("*/temp*", "somedir/temporary.txt", True),
+    ("*/temp*", "somedir/temp/inner.txt", True),
+    ("*/temp*", "temporary.txt", False),
+    ("*/*/temp*", "somedir/subdir/temporary.txt", True),
+    ("temp?", "tempa", True),
+    ("temp?", "tempab", False),
+    ("**/*.go", "main.go", True),
+    ("**/*.go", "a/b/c.go", True),
+    ("*.md\n!README*.md\nREADME-secret.md", "README-secret.md", True),
+    ("*.md\n!README*.md\nREADME-secret.md", "README.md", False),
+    ("*.md\n!README*.md\nREADME-secret.md", "CHANGES.md", True),
+    ("*.md\nREADME-secret.md\n!README*.md", "README-secret.md", False),
+    ("*\n!containers/kit/bin", "containers/kit/bin/nccl-tests.sh", False),
+    ("*\n!containers/kit/bin", "containers/kit/selftest.py", True),
+    ("*\n!/pdkit/serving/staging.py", "pdkit/serving/staging.py", False),
+    ("*\n!pdkit/serving/staging.py", "pdkit/serving/drain.py", True),
+    ("*\n!containers/kit\n**/__pycache__", "containers/kit/__pycache__/selftest.cpython-312.pyc", True),
+]
+
+
+@pytest.mark.parametrize(("rules", "path", "excluded"), DOCKERIGNORE_CASES)
+def test_dockerignore_matching_follows_docker(rules: str, path: str, excluded: bool, versions: ModuleType) -> None:
+    """Last matching line wins; a line matching a parent directory applies to what is inside it."""
+    assert versions.ignored(path, versions.parse_dockerignore(rules)) is excluded
+
+
+def test_context_sources_reads_copy_add_and_bind_mounts(versions: ModuleType) -> None:
+    text = (
+        "FROM x AS a\n"
+        "COPY --chmod=0755 --link containers/kit/a.sh ./containers/kit/b.sh /opt/kit/\n"
+        "COPY --from=a /opt/x /opt/x\n"
+        'ADD ["pdkit/__init__.py", "/opt/pdkit/pdkit/"]\n'
+        "RUN --mount=type=bind,source=containers/kit/c.sh,target=/c.sh --mount=type=bind,from=a,source=/w,target=/w true\n"
+        "RUN --mount=type=cache,target=/root/.cache/pip pip --version\n"
+    )
+    assert versions.context_sources(text) == ["containers/kit/a.sh", "containers/kit/b.sh", "pdkit/__init__.py", "containers/kit/c.sh"]
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_build_context_is_exactly_what_the_dockerfile_copies(image: str, doc: Doc, versions: ModuleType) -> None:
+    """The allow-list sends only files a COPY reads; no secret, venv or cdk.out goes to BuildKit (or into the tag)."""
+    path = versions.dockerfile_path(doc, image)
+    assert versions.lint_context(path.read_text(), doc, image, where=str(path)) == []
+    files = {p.relative_to(versions.context_path(doc, image)).as_posix() for p in versions.context_files(doc, image)}
+    assert files
+    assert all(name.startswith(("containers/kit/", "pdkit/")) for name in files), sorted(files)
+    assert not any("__pycache__" in name for name in files)
+    assert versions.parse_dockerignore(versions.dockerignore_path(doc, image).read_text())[0].pattern == "*", "an allow-list"
+
+
+def test_validation_image_carries_no_pdkit(doc: Doc, versions: ModuleType) -> None:
+    files = {p.relative_to(versions.REPO_ROOT).as_posix() for p in versions.context_files(doc, "validation")}
+    assert not any(name.startswith("pdkit/") for name in files)
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_readme_builds_with_the_versions_file_context(image: str, doc: Doc) -> None:
+    """The documented local build uses the same Dockerfile and context as versions.yaml (and the CodeBuild spec)."""
+    readme = (CONTAINERS_DIR / "README.md").read_text()
+    block = re.search(rf"python containers/build_args.py {image}\)\n(docker buildx build .*?)\n(?:\n|```)", readme, flags=re.DOTALL)
+    assert block, f"no local build command for {image} in containers/README.md"
+    command = block.group(1)
+    spec = doc["images"][image]
+    assert f"-f {spec['dockerfile']} " in command
+    assert command.rstrip().endswith(f"--load {spec['context']}"), command

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from container_paths import KIT_DIR
+from container_paths import KIT_DIR, load_module
 
 SITE = Path("/opt/venv/lib/python3.12/site-packages")
 EFA_LIB = "/opt/amazon/efa/lib"
@@ -30,6 +30,9 @@ ENGINE = SITE / "mooncake" / "engine.so"
 NIXL_PLUGIN = SITE / "nixl_cu13.libs" / "nixl" / "libplugin_LIBFABRIC.so"
 NCCL_LIB = SITE / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
 OFI_PLUGIN = Path("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so")
+ROUTER_INIT = SITE / "smg" / "__init__.py"
+ROUTER_MODULE_FILE = SITE / "smg" / "launch_router.py"
+STAGING_FILE = "/opt/pdkit/pdkit/serving/staging.py"
 
 
 def readelf(*needed: str) -> str:
@@ -62,6 +65,13 @@ def ldd_of(*pairs: tuple[str, str | None]) -> str:
     for name, path in pairs:
         lines.append(f"\t{name} => {path} (0x00007f1c2a000000)" if path else f"\t{name} => not found")
     return "\n".join(lines) + "\n"
+
+
+_SELFTEST = load_module("selftest", KIT_DIR / "selftest.py")
+# What the self-test runs to import the staging module, with the interpreter the init container runs.
+STAGING_PROBE_ARGV = ("python3", "-c", _SELFTEST.STAGING_PROBE)
+STAGING_OK = f"{_SELFTEST.STAGING_MARKER} crt=True file={STAGING_FILE}\n"
+STAGING_NO_CRT = f"{_SELFTEST.STAGING_MARKER} crt=False file={STAGING_FILE}\n"
 
 
 @dataclass
@@ -130,7 +140,9 @@ def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
         },
         dists={
             "sglang": (expected["sglang"], [SITE / "sglang" / "__init__.py"]),
-            "sglang-router": (expected["sglang_router"], [SITE / "sglang_router" / "__init__.py"]),
+            expected["router_package"]: (expected["router"], [ROUTER_INIT, ROUTER_MODULE_FILE, SITE / "smg" / "smg_rs.abi3.so"]),
+            "boto3": (expected["boto3"], [SITE / "boto3" / "__init__.py"]),
+            "awscrt": ("0.38.0", [SITE / "awscrt" / "__init__.py"]),
             "torch": (expected["torch"], [SITE / "torch" / "__init__.py"]),
             expected["nccl_package"]: (expected["nccl"], [NCCL_LIB]),
             "uccl": ("0.1.1", [SITE / "uccl" / "__init__.py", UCCL_EP]),
@@ -138,7 +150,7 @@ def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
             mooncake_dist: (expected["mooncake"], [SITE / "mooncake" / "__init__.py", ENGINE]),
             nixl_dist: (expected["nixl"], [NIXL_PLUGIN]),
         },
-        owners={"deep_ep": ["deep-ep"], "mooncake": [mooncake_dist], "uccl": ["uccl"]},
+        owners={"deep_ep": ["deep-ep"], "mooncake": [mooncake_dist], "uccl": ["uccl"], "smg": [expected["router_package"]]},
         texts={
             DEEP_EP_INIT: "from uccl.ep import Config, EventHandle\n\nfrom .buffer import Buffer\n",
             selftest.UCCL_BUILD_FILE: json.dumps(
@@ -195,7 +207,8 @@ def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
             (
                 selftest.FI_INFO.as_posix(),
                 "--version",
-            ): f"{selftest.FI_INFO}: {expected['libfabric']}\nlibfabric: {expected['libfabric']}\nlibfabric api: 2.7\n"
+            ): f"{selftest.FI_INFO}: {expected['libfabric']}\nlibfabric: {expected['libfabric']}\nlibfabric api: 2.7\n",
+            STAGING_PROBE_ARGV: STAGING_OK,
         },
         files={
             selftest.FI_INFO,
@@ -347,7 +360,51 @@ def no_sglang(s: FakeSystem, e: Mapping[str, str]) -> None:
 
 
 def other_router(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.dists["sglang-router"] = ("0.2.4", [])
+    _, files = s.dists[e["router_package"]]
+    s.dists[e["router_package"]] = ("1.9.0", files)
+
+
+def sglang_router_instead_of_smg(s: FakeSystem, e: Mapping[str, str]) -> None:
+    """The frozen in-tree gateway: module sglang_router, no smg at all."""
+    del s.dists[e["router_package"]], s.owners["smg"]
+    s.dists["sglang-router"] = ("0.3.2", [SITE / "sglang_router" / "__init__.py", SITE / "sglang_router" / "launch_router.py"])
+    s.owners["sglang_router"] = ["sglang-router"]
+
+
+def router_without_the_module(s: FakeSystem, e: Mapping[str, str]) -> None:
+    version, files = s.dists[e["router_package"]]
+    s.dists[e["router_package"]] = (version, [path for path in files if path != ROUTER_MODULE_FILE])
+
+
+def router_module_shadowed(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.owners["smg"] = [e["router_package"], "smg-grpc-servicer"]
+
+
+def staging_module_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.outputs[STAGING_PROBE_ARGV] = (
+        "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError: No module named 'pdkit'\n"
+    )
+
+
+def staging_imports_more_of_pdkit(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.outputs[STAGING_PROBE_ARGV] = "ModuleNotFoundError: No module named 'pdkit.plan'\n"
+
+
+def boto3_without_crt(s: FakeSystem, e: Mapping[str, str]) -> None:
+    del s.dists["awscrt"]
+    s.outputs[STAGING_PROBE_ARGV] = STAGING_NO_CRT
+
+
+def crt_not_seen_by_botocore(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.outputs[STAGING_PROBE_ARGV] = STAGING_NO_CRT
+
+
+def boto3_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
+    del s.dists["boto3"]
+
+
+def other_boto3(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.dists["boto3"] = ("1.40.0", [])
 
 
 def other_torch(s: FakeSystem, e: Mapping[str, str]) -> None:
@@ -404,7 +461,16 @@ BROKEN: dict[str, tuple[str, Mutation, str]] = {
     "libfabric other version": ("check_efa_installer", libfabric_other_version, "does not report libfabric"),
     "SGLang other version": ("check_sglang", other_sglang, "0.5.22"),
     "SGLang missing": ("check_sglang", no_sglang, "not installed"),
-    "router other version": ("check_sglang_router", other_router, "0.2.4"),
+    "router other version": ("check_router", other_router, "1.9.0"),
+    "sglang-router instead of smg": ("check_router", sglang_router_instead_of_smg, "smg is not installed"),
+    "router without launch_router": ("check_router", router_without_the_module, "does not ship smg.launch_router"),
+    "router module from two distributions": ("check_router", router_module_shadowed, "smg-grpc-servicer"),
+    "staging module not in the image": ("check_weights_staging", staging_module_missing, "No module named 'pdkit'"),
+    "staging imports more of pdkit": ("check_weights_staging", staging_imports_more_of_pdkit, "pdkit.plan"),
+    "boto3 without the crt extra": ("check_weights_staging", boto3_without_crt, "awscrt is not installed"),
+    "botocore does not see the CRT": ("check_weights_staging", crt_not_seen_by_botocore, "HAS_CRT is False"),
+    "boto3 missing": ("check_weights_staging", boto3_missing, "boto3 is not installed"),
+    "boto3 other version": ("check_weights_staging", other_boto3, "1.40.0"),
     "torch other version": ("check_torch", other_torch, "2.9.0"),
     "NCCL other version": ("check_nccl", other_nccl, "2.28.3"),
     "nccl-tests missing": ("check_nccl_tests", nccl_tests_missing, "missing"),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
-from container_paths import CONTAINERS_DIR
+from container_paths import CONTAINERS_DIR, REPO_ROOT, dockerfiles
 
 Doc = dict[str, Any]
 
@@ -24,7 +25,8 @@ def test_pins_the_stack_the_kit_is_built_for(doc: Doc) -> None:
     """The versions the rest of the kit assumes (SGLang flags, router CLI, CUDA 13 torch) are what is pinned."""
     components = doc["components"]
     assert components["sglang"]["version"] == "0.5.23"
-    assert components["sglang_router"]["version"] == "0.3.2"
+    assert (components["router"]["package"], components["router"]["version"]) == ("smg", "1.13.0")
+    assert components["router"]["module"] == "smg.launch_router"
     assert components["cuda_base"]["tag"].startswith(components["cuda_base"]["cuda_version"] + "-")
     assert components["cuda_base"]["cuda_version"].split(".")[0] == "13"
     assert components["nccl"]["package"].endswith("-cu13")
@@ -40,7 +42,9 @@ def test_every_image_lists_dockerfile_and_components(doc: Doc, versions: ModuleT
 def test_every_dockerfile_belongs_to_an_image(doc: Doc, versions: ModuleType) -> None:
     """A Dockerfile outside versions.yaml would be built with versions from nowhere."""
     listed = {versions.dockerfile_path(doc, image) for image in doc["images"]}
-    assert set(CONTAINERS_DIR.rglob("Dockerfile*")) == listed
+    assert set(dockerfiles()) == listed
+    allow_lists = {path for path in CONTAINERS_DIR.rglob("*.dockerignore")}
+    assert allow_lists == {versions.dockerignore_path(doc, image) for image in doc["images"]}, "one allow-list per Dockerfile"
 
 
 def _drop(path: str) -> Callable[[Doc], None]:
@@ -98,6 +102,7 @@ BROKEN: dict[str, tuple[Callable[[Doc], None], str]] = {
     "setting shadows component": (_set("images.sglang-efa.settings.SGLANG_VERSION", "1.0"), "already set"),
     "setting with space": (_set("images.sglang-efa.settings.RUNTIME_USER", "a b"), "whitespace"),
     "missing dockerfile": (_set("images.validation.dockerfile", "containers/nope/Dockerfile"), "does not exist"),
+    "dockerfile without allow-list": (_set("images.validation.dockerfile", "containers/versions.py"), "dockerignore is missing"),
     "unknown top-level key": (_set("extras", {}), "unknown top-level"),
     "schema version": (_set("schema_version", 2), "schema_version"),
     "not_installed without reason": (_set("not_installed.gdrcopy", ""), "not_installed.gdrcopy"),
@@ -153,3 +158,37 @@ def test_image_tag_changes_with_any_input(doc: Doc, versions: ModuleType) -> Non
     assert before.startswith("sglang-efa-")
     doc["components"]["sglang"]["version"] = "0.5.24"
     assert versions.image_tag(doc, "sglang-efa") != before
+
+
+def _repo_copy(tmp_path: Path, doc: Doc, versions: ModuleType) -> Path:
+    """The files image_tag reads (Dockerfiles, allow-lists, every context file) plus an unlisted pdkit module, in a scratch repo."""
+    wanted = {versions.dockerfile_path(doc, image) for image in doc["images"]}
+    wanted |= {versions.dockerignore_path(doc, image) for image in doc["images"]}
+    wanted |= {path for image in doc["images"] for path in versions.context_files(doc, image)}
+    wanted.add(REPO_ROOT / "pdkit" / "plan.py")
+    for path in wanted:
+        target = tmp_path / path.relative_to(REPO_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(path.read_bytes())
+    return tmp_path
+
+
+def test_image_tag_follows_the_build_context(tmp_path: Path, doc: Doc, versions: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to a copied pdkit staging module gives the serving image a new tag; a pdkit module it does not copy does not."""
+    before = {image: versions.image_tag(doc, image) for image in doc["images"]}
+    monkeypatch.setattr(versions, "REPO_ROOT", _repo_copy(tmp_path, doc, versions))
+    assert {image: versions.image_tag(doc, image) for image in doc["images"]} == before, "the scratch copy hashes the same"
+
+    (tmp_path / "pdkit" / "plan.py").write_text("# edited\n")
+    (tmp_path / "containers" / "kit" / "__pycache__").mkdir()
+    (tmp_path / "containers" / "kit" / "__pycache__" / "selftest.cpython-312.pyc").write_bytes(b"\0")
+    assert {image: versions.image_tag(doc, image) for image in doc["images"]} == before, "files outside the context do not count"
+
+    staging = tmp_path / "pdkit" / "serving" / "staging.py"
+    staging.write_text(staging.read_text() + "\n# a staging change\n")
+    assert versions.image_tag(doc, "sglang-efa") != before["sglang-efa"]
+    assert versions.image_tag(doc, "validation") == before["validation"], "validation does not copy pdkit"
+
+    script = tmp_path / "containers" / "kit" / "bin" / "nccl-tests.sh"
+    script.write_text(script.read_text() + "\n# a helper change\n")
+    assert versions.image_tag(doc, "validation") != before["validation"]

@@ -49,14 +49,20 @@ if [[ "${allow_socket}" -eq 0 ]]; then
 		echo "nccl-tests: FAIL: NCCL fell back to sockets; check NCCL_NET_PLUGIN=ofi and LD_LIBRARY_PATH" >&2
 		exit 1
 	fi
-	# "Using network AWS Libfabric" alone is not enough: it reads the same when aws-ofi-nccl bound
-	# libfabric's tcp provider. The provider line is what proves EFA.
-	if ! grep -iE "NET/OFI Selected provider is efa" "${log}" >/dev/null; then
+	# "Using network Libfabric" (or "AWS Libfabric" with NCCL_NET set to that old name) alone is not
+	# enough: it reads the same when aws-ofi-nccl bound libfabric's tcp provider. aws-ofi-nccl logs
+	# "NET/OFI Selected provider is efa, fabric is efa (found N nics)"; that line is what proves EFA.
+	if ! grep -iE "NET/OFI Selected provider is efa([,[:space:]]|$)" "${log}" >/dev/null; then
 		echo "nccl-tests: FAIL: no 'NET/OFI Selected provider is efa' in the NCCL log; aws-ofi-nccl did not use EFA" >&2
 		exit 1
 	fi
 fi
-busbw="$(awk '/Avg bus bandwidth/ {print $NF}' "${log}" | tail -n 1)"
+# nccl-tests' footer: "# Avg bus bandwidth    : 380.25 " and, with NCCL_TESTS_MIN_BW set (v2.19),
+# "... : 380.25 OK" or "... : 12.5 FAILED". Take the first word after the colon, and only a number.
+busbw="$(awk '/Avg bus bandwidth/ { sub(/^.*Avg bus bandwidth[^:]*:[[:space:]]*/, ""); print $1 }' "${log}" | tail -n 1)"
+if [[ ! "${busbw}" =~ ^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$ ]]; then
+	busbw=""
+fi
 if [[ -n "${min_busbw}" ]]; then
 	if [[ -z "${busbw}" ]] || ! awk -v got="${busbw}" -v want="${min_busbw}" 'BEGIN {exit !(got + 0 >= want + 0)}'; then
 		echo "nccl-tests: FAIL: average bus bandwidth ${busbw:-unknown} GB/s is below ${min_busbw} GB/s" >&2

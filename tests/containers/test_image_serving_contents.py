@@ -1,0 +1,222 @@
+"""What the serving image must carry for the objects the kit renders from it.
+
+- The router Deployment runs `python3 -m <module>`: that module belongs to the router package pinned in
+  versions.yaml, which is the smg the conformance run (`make conformance`) checks the command line with.
+- The weights-staging init container runs `python3 -m pdkit.serving.staging` from the serving image:
+  the Dockerfile copies that module and every pdkit module it imports (and nothing imports more of
+  pdkit), and the third-party packages it needs are pinned components of the image.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from container_paths import REPO_ROOT
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.plan import Plan
+from pdkit.serving import inputs, manifests, router_args
+
+Doc = dict[str, Any]
+CONFORMANCE_IN = REPO_ROOT / "conformance" / "requirements-sglang.in"
+CONFORMANCE_LOCK = REPO_ROOT / "conformance" / "requirements-sglang.txt"
+CONFORMANCE_VENV = REPO_ROOT / ".venv-sglang"
+STAGING_INIT_CONTAINER = "stage-weights"
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.fixture(scope="module")
+def plan() -> Plan:
+    loaded, path = profile_files.load(None)
+    return plan_mod.build(loaded, profile_path=path)
+
+
+@pytest.fixture(scope="module")
+def rendered(plan: Plan) -> list[dict[str, Any]]:
+    return manifests.render(plan, inputs.from_plan(plan))
+
+
+def module_after_dash_m(command: list[str]) -> str:
+    assert command[:2] == ["python3", "-m"], command
+    return command[2]
+
+
+# --------------------------------------------------------------------------------------------------
+# Router
+# --------------------------------------------------------------------------------------------------
+
+
+def conformance_pins(text: str, package: str) -> set[str]:
+    """Versions a requirements file pins for a package, as `pkg==X` or as the `# no-deps: pkg==X` note."""
+    pattern = rf"^(?:#\s*no-deps:\s*)?{re.escape(package)}==([^\s\\;]+)"
+    return set(re.findall(pattern, text, flags=re.MULTILINE | re.IGNORECASE))
+
+
+def test_router_pin_is_what_the_conformance_run_checks(doc: Doc) -> None:
+    """The smg that ships in the image is the smg whose parser `make conformance` runs the rendered command through."""
+    router = doc["components"]["router"]
+    assert conformance_pins(CONFORMANCE_IN.read_text(), router["package"]) == {router["version"]}, CONFORMANCE_IN
+    assert conformance_pins(CONFORMANCE_LOCK.read_text(), router["package"]) == {router["version"]}, CONFORMANCE_LOCK
+
+
+def test_conformance_pin_parser_can_fail() -> None:
+    assert conformance_pins("# no-deps: smg==1.12.0\n", "smg") == {"1.12.0"}
+    assert conformance_pins("smg==1.13.0 \\\n    --hash=sha256:00\n", "smg") == {"1.13.0"}
+    assert conformance_pins("sglang-router==0.3.2\n", "smg") == set()
+
+
+def test_router_deployment_runs_a_module_of_the_pinned_router(doc: Doc, plan: Plan) -> None:
+    """`python3 -m smg.launch_router`: the module is versions.yaml's and its top-level package is the pinned distribution's."""
+    router = doc["components"]["router"]
+    deployment = manifests.router_deployment(plan, inputs.from_plan(plan))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    module = module_after_dash_m(container["command"])
+    assert module == router["module"]
+    assert module.split(".")[0] == normalize(router["package"]).replace("-", "_")
+    assert (
+        router["package"],
+        router["version"],
+        router["module"],
+    ) == (router_args.ROUTER_PACKAGE, router_args.ROUTER_VERSION, router_args.ROUTER_MODULE)
+    assert container["image"] == inputs.from_plan(plan).image, "the router runs from the serving image, which installs the router"
+
+
+@pytest.mark.skipif(
+    not list(CONFORMANCE_VENV.glob("lib/python*/site-packages/smg-*.dist-info")), reason="no conformance venv (make conformance-venv)"
+)
+def test_router_module_is_in_the_pinned_wheel(doc: Doc) -> None:
+    """Where the conformance venv exists, the real smg wheel's RECORD ships the module the Deployment runs."""
+    router = doc["components"]["router"]
+    (dist_info,) = CONFORMANCE_VENV.glob(f"lib/python*/site-packages/{router['package']}-*.dist-info")
+    metadata = dict(line.split(": ", 1) for line in (dist_info / "METADATA").read_text().splitlines() if ": " in line)
+    assert (normalize(metadata["Name"]), metadata["Version"]) == (normalize(router["package"]), router["version"])
+    record = {line.split(",", 1)[0] for line in (dist_info / "RECORD").read_text().splitlines()}
+    assert router["module"].replace(".", "/") + ".py" in record
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights staging
+# --------------------------------------------------------------------------------------------------
+
+
+def staging_container(rendered: list[dict[str, Any]]) -> dict[str, Any]:
+    found = [
+        container
+        for obj in rendered
+        if obj["kind"] == "LeaderWorkerSet"
+        for container in obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"].get("initContainers", [])
+        if container["name"] == STAGING_INIT_CONTAINER
+    ]
+    assert found, "no weights-staging init container rendered"
+    return found[0]
+
+
+def module_file(module: str) -> str:
+    return module.replace(".", "/") + ".py"
+
+
+def pdkit_imports(path: Path) -> set[str]:
+    """pdkit modules a file imports (anywhere in it, lazy imports included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "pdkit"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "pdkit":
+            found.add(node.module)
+            found |= {
+                f"{node.module}.{alias.name}" for alias in node.names if (REPO_ROOT / module_file(f"{node.module}.{alias.name}")).is_file()
+            }
+    return found
+
+
+def third_party_imports(path: Path) -> set[str]:
+    tops: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            tops.add(node.module.split(".")[0])
+    return tops - set(sys.stdlib_module_names) - {"__future__", "pdkit"}
+
+
+def needed_pdkit_files(module: str) -> set[str]:
+    """The module, every pdkit module it imports (transitively), and the package __init__ files on their way."""
+    todo, files = [module], set()
+    while todo:
+        current = todo.pop()
+        path = module_file(current)
+        if not (REPO_ROOT / path).is_file():
+            path = current.replace(".", "/") + "/__init__.py"
+        if path in files:
+            continue
+        files.add(path)
+        parts = current.split(".")
+        files |= {"/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts))}
+        todo += sorted(pdkit_imports(REPO_ROOT / path))
+    return files
+
+
+def serving_pdkit_sources(doc: Doc, versions: ModuleType) -> set[str]:
+    text = versions.dockerfile_path(doc, "sglang-efa").read_text()
+    return {source for source in versions.context_sources(text) if source.startswith("pdkit/")}
+
+
+def test_serving_image_copies_exactly_what_the_staging_init_container_imports(
+    doc: Doc, versions: ModuleType, rendered: list[dict[str, Any]], plan: Plan
+) -> None:
+    container = staging_container(rendered)
+    assert container["image"] == inputs.from_plan(plan).image, "staging runs from the serving image"
+    module = module_after_dash_m(container["command"])
+    needed = needed_pdkit_files(module)
+    assert needed == {"pdkit/__init__.py", "pdkit/serving/__init__.py", "pdkit/serving/staging.py", "pdkit/serving/weights_manifest.py"}, (
+        "the staging modules now import more of pdkit: copy it into the serving image (Dockerfile, Dockerfile.dockerignore, "
+        "the images stack's source asset) or keep staging self-contained"
+    )
+    assert serving_pdkit_sources(doc, versions) == needed
+
+
+def test_staging_third_party_imports_are_pinned_in_the_serving_image(doc: Doc, versions: ModuleType) -> None:
+    """boto3 (and botocore, which boto3 pins) is all the staging modules need beyond the standard library."""
+    tops = set().union(*(third_party_imports(REPO_ROOT / path) for path in serving_pdkit_sources(doc, versions)))
+    assert tops == {"boto3", "botocore"}
+    assert "boto3" in doc["images"]["sglang-efa"]["components"]
+    assert doc["components"]["boto3"]["package"] == "boto3"
+    assert '"boto3[crt]==${BOTO3_VERSION}"' in versions.dockerfile_path(doc, "sglang-efa").read_text(), "with the CRT extra"
+
+
+def test_import_closure_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closure follows lazy and `from pdkit.x import y` imports (so a new pdkit import would be caught)."""
+    (tmp_path / "pdkit" / "serving").mkdir(parents=True)
+    for name in ("pdkit/__init__.py", "pdkit/serving/__init__.py", "pdkit/plan.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "pdkit" / "serving" / "staging.py").write_text("def f():\n    from pdkit import plan\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO_ROOT", tmp_path)
+    assert "pdkit/plan.py" in needed_pdkit_files("pdkit.serving.staging")
+
+
+def test_staging_imports_from_the_copied_files_alone(doc: Doc, versions: ModuleType, selftest: ModuleType, tmp_path: Path) -> None:
+    """The self-test's probe, run on a copy of only the files the serving image gets (no repository pdkit on the path)."""
+    copy = tmp_path / "opt-pdkit"
+    for source in serving_pdkit_sources(doc, versions):
+        (copy / source).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO_ROOT / source, copy / source)
+    site_packages = sysconfig.get_path("purelib")  # boto3 from this venv; -S keeps its editable pdkit install off the path
+    code = f"import sys; sys.path[:0] = [{str(copy)!r}, {site_packages!r}]\n{selftest.STAGING_PROBE}"
+    result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (marker,) = [line for line in result.stdout.splitlines() if line.startswith(selftest.STAGING_MARKER)]
+    assert f"file={copy / 'pdkit' / 'serving' / 'staging.py'}" in marker
+    assert re.search(r"crt=(True|False)", marker)

@@ -1,0 +1,642 @@
+"""The end-of-block drain never meets a PodDisruptionBudget: the lifecycle Lambda scales the
+LeaderWorkerSets to 0 through the Kubernetes API and waits for their pods before it scales the GPU
+node groups, and restores them at delivery. The Kubernetes API is faked behind the injected HTTP
+opener and authorizes each call against the Role the serving objects render; EKS and SNS are
+botocore Stubbers; a real TLS server on 127.0.0.1 checks the CA handling."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import io
+import json
+import ssl
+import threading
+import urllib.error
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import boto3
+import botocore.auth
+import pytest
+from botocore.stub import ANY, Stubber
+
+from pdkit.functions import block_lifecycle, kube_api
+from pdkit.serving import drain, inputs, manifests, names
+
+CLUSTER = "glm51-2p2d"
+GROUPS = {"glm51-2p2d-decode": 2, "glm51-2p2d-prefill": 2}
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+RID = "cr-0123456789abcdef0"
+
+
+@pytest.fixture(scope="module")
+def the_plan(kit):
+    return kit.plan
+
+
+# --- a fake API server behind the opener ----------------------------------------------------------
+
+
+class FakeKube:
+    """LeaderWorkerSets and their pods in one namespace. Every request is authorized against the rules
+    of the Role the serving objects render for the lifecycle; pods of a LeaderWorkerSet scaled to 0
+    disappear after `pods_linger` more pod listings (never, with None)."""
+
+    def __init__(self, plan, log, *, pods_linger=1, unreachable=None, present=True):
+        self.log = log
+        self.namespace = names.namespace(plan)
+        self.role = manifests.block_lifecycle_role(plan)
+        wanted = drain.drain_plan(plan).leader_worker_sets
+        self.replicas = dict(wanted) if present else {}
+        self.pods = {name: [f"{name}-0", f"{name}-0-1"] for name in self.replicas}
+        self.pods_linger = pods_linger
+        self.countdown: dict[str, int] = {}
+        self.unreachable = unreachable
+        self.tokens: list[str] = []
+
+    def connect(self):
+        return kube_api.KubeApi("https://api.example.eks.amazonaws.com", bearer=lambda: "k8s-aws-v1.test", opener=self)
+
+    def _allowed(self, verb, resource, name):
+        for rule in self.role["rules"]:
+            if resource in rule["resources"] and verb in rule["verbs"] and (name is None or name in rule.get("resourceNames", [name])):
+                return True
+        return False
+
+    def _error(self, url, code, message):
+        body = json.dumps({"kind": "Status", "code": code, "message": message}).encode()
+        return urllib.error.HTTPError(url, code, message, {}, io.BytesIO(body))
+
+    def __call__(self, request, timeout):
+        assert timeout <= kube_api.REQUEST_TIMEOUT_SECONDS
+        if self.unreachable is not None:
+            raise self.unreachable
+        self.tokens.append(request.get_header("Authorization"))
+        url = urllib.parse.urlsplit(request.full_url)
+        method = request.get_method()
+        lws_prefix = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{self.namespace}/leaderworkersets/"
+        if method == "PATCH" and url.path.startswith(lws_prefix):
+            name = url.path.removeprefix(lws_prefix)
+            if not self._allowed("patch", "leaderworkersets", name):
+                raise self._error(request.full_url, 403, f"leaderworkersets {name} is forbidden")
+            if name not in self.replicas:
+                raise self._error(request.full_url, 404, f'leaderworkersets.leaderworkerset.x-k8s.io "{name}" not found')
+            assert request.get_header("Content-type") == "application/merge-patch+json"
+            replicas = json.loads(request.data)["spec"]["replicas"]
+            self.replicas[name] = replicas
+            self.log.append(("patch", name, replicas))
+            if replicas == 0:
+                self.countdown[name] = self.pods_linger if self.pods_linger is not None else -1
+            else:
+                self.countdown.pop(name, None)
+            return io.BytesIO(json.dumps({"kind": "LeaderWorkerSet", "spec": {"replicas": replicas}}).encode())
+        if method == "GET" and url.path == f"/api/v1/namespaces/{self.namespace}/pods":
+            if not self._allowed("list", "pods", None):
+                raise self._error(request.full_url, 403, "pods is forbidden")
+            (selector,) = urllib.parse.parse_qs(url.query)["labelSelector"]
+            key, value = selector.split("=")
+            assert key == names.LWS_NAME_LABEL
+            if self.countdown.get(value) == 0:
+                self.pods[value] = []
+            elif self.countdown.get(value, -1) > 0:
+                self.countdown[value] -= 1
+            items = [{"metadata": {"name": p}} for p in self.pods.get(value, [])]
+            self.log.append(("pods", value, len(items)))
+            return io.BytesIO(json.dumps({"kind": "PodList", "items": items}).encode())
+        raise self._error(request.full_url, 404, f"no route for {method} {url.path}")
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class Context:
+    def __init__(self, remaining_ms):
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self):
+        return self.remaining_ms
+
+
+@pytest.fixture
+def env(monkeypatch, the_plan):
+    for key, value in {
+        "NODE_GROUPS": json.dumps(GROUPS),
+        "CLUSTER_NAME": CLUSTER,
+        "RESERVATION_ID": RID,
+        "DRAIN_LEAD_MINUTES": "60",
+        "TOPIC_ARN": "arn:aws:sns:eu-south-2:123456789012:t",
+        **drain.drain_plan(the_plan).lifecycle_environment(),
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+def _client(name):
+    return boto3.client(name, region_name="eu-south-2", aws_access_key_id="test", aws_secret_access_key="test")  # noqa: S106
+
+
+class Aws:
+    """EC2, EKS and SNS stubs that write the node group updates and the message to the shared log."""
+
+    def __init__(self, log):
+        self.log = log
+        self.messages: list[str] = []
+        self.ec2, self.eks, self.sns = _client("ec2"), _client("eks"), _client("sns")
+        self.stubs = {name: Stubber(getattr(self, name)) for name in ("ec2", "eks", "sns")}
+        self.eks.meta.events.register(
+            "before-parameter-build.eks.UpdateNodegroupConfig",
+            lambda params, **_: log.append(("nodegroup", params["nodegroupName"], params["scalingConfig"]["desiredSize"])),
+        )
+        self.sns.meta.events.register("before-parameter-build.sns.Publish", lambda params, **_: self.messages.append(params["Message"]))
+
+    def nodegroups(self, current, target):
+        for name in GROUPS:
+            self.stubs["eks"].add_response(
+                "describe_nodegroup",
+                {"nodegroup": {"nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": current}}},
+                {"clusterName": CLUSTER, "nodegroupName": name},
+            )
+        if current != target:
+            for name in GROUPS:
+                self.stubs["eks"].add_response(
+                    "update_nodegroup_config",
+                    {"update": {"id": "u"}},
+                    {"clusterName": CLUSTER, "nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": target}},
+                )
+
+    def ending_in(self, minutes):
+        self.stubs["ec2"].add_response(
+            "describe_capacity_reservations",
+            {"CapacityReservations": [{"CapacityReservationId": RID, "State": "active", "EndDate": NOW + dt.timedelta(minutes=minutes)}]},
+            {"CapacityReservationIds": [RID]},
+        )
+
+    def notified(self):
+        self.stubs["sns"].add_response("publish", {"MessageId": "m"}, {"TopicArn": ANY, "Subject": ANY, "Message": ANY})
+
+    def run(self, event, kube, clock=None, context=None):
+        clock = clock or FakeClock()
+        for stub in self.stubs.values():
+            stub.activate()
+        clients = {"ec2": self.ec2, "eks": self.eks, "sns": self.sns}
+        result = block_lifecycle.handler(event, context, clients=clients, now=NOW, kube=kube.connect, clock=clock, sleep=clock.sleep)
+        for stub in self.stubs.values():
+            stub.assert_no_pending_responses()
+        return result
+
+
+TICK = {"detail-type": "Scheduled Event"}
+DELIVERED = {"detail-type": "Capacity Block Delivered"}
+EXPIRING = {"detail-type": "Capacity Block Expiration Warning"}
+
+
+def _first(log, kind):
+    return next(i for i, entry in enumerate(log) if entry[0] == kind)
+
+
+def _last(log, kind):
+    return max(i for i, entry in enumerate(log) if entry[0] == kind)
+
+
+# --- the drain order --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", [TICK, EXPIRING])
+def test_serving_scales_to_zero_and_its_pods_go_before_the_node_groups(env, the_plan, event):
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, pods_linger=2), Aws(log)
+    if event is TICK:
+        aws.ending_in(59)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    result = aws.run(event, kube)
+    assert result["serving"] == "drained"
+    lws = set(drain.drain_plan(the_plan).leader_worker_sets)
+    assert {(e[1], e[2]) for e in log if e[0] == "patch"} == {(name, 0) for name in lws}
+    # Every LeaderWorkerSet is at 0 and its last pod listing came back empty before any node group changes.
+    first_update = _first(log, "nodegroup")
+    assert _last(log, "patch") < first_update
+    for name in lws:
+        listings = [i for i, e in enumerate(log) if e[:2] == ("pods", name)]
+        assert log[listings[-1]][2] == 0
+        assert listings[-1] < first_update
+    assert [e for e in log[first_update:] if e[0] != "nodegroup"] == []
+    assert {e[1]: e[2] for e in log if e[0] == "nodegroup"} == dict.fromkeys(GROUPS, 0)
+    assert "pods are gone" in aws.messages[0]
+    assert all(t == "Bearer k8s-aws-v1.test" for t in kube.tokens)
+
+
+def test_pods_that_never_go_do_not_keep_the_nodes(env, the_plan):
+    """At the wait's deadline the node groups scale anyway, and the notification says what was left."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log, pods_linger=None), Aws(log), FakeClock()
+    start = clock.now
+    aws.ending_in(55)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube, clock) == {"action": "drain", "serving": "timeout"}
+    assert clock.now - start == pytest.approx(drain.POD_WAIT_MINUTES * 60)
+    assert max(clock.sleeps) <= block_lifecycle.POLL_SECONDS
+    assert [e[1] for e in log if e[0] == "nodegroup"] == list(GROUPS)
+    assert "still there after 600 s" in aws.messages[0]
+    assert "scaling the node groups anyway" in aws.messages[0]
+
+
+def test_the_wait_fits_in_what_is_left_of_the_invocation(env, the_plan):
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log, pods_linger=None), Aws(log), FakeClock()
+    start = clock.now
+    aws.ending_in(55)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    aws.run(TICK, kube, clock, context=Context(remaining_ms=300_000))
+    assert clock.now - start == pytest.approx(300 - block_lifecycle.RESERVE_SECONDS)
+
+
+@pytest.mark.parametrize(
+    ("failure", "words"),
+    [
+        (urllib.error.URLError(ConnectionRefusedError(111, "Connection refused")), "Connection refused"),
+        (TimeoutError("timed out"), "timed out"),
+        (ssl.SSLCertVerificationError(1, "certificate verify failed"), "certificate verify failed"),
+    ],
+)
+def test_an_unreachable_api_still_scales_the_node_groups(env, the_plan, failure, words):
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, unreachable=failure), Aws(log)
+    aws.ending_in(50)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube) == {"action": "drain", "serving": "failed"}
+    assert [e[0] for e in log] == ["nodegroup", "nodegroup"]
+    (message,) = aws.messages
+    assert "Serving objects NOT scaled to 0" in message
+    assert words in message
+    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-prefill --replicas=0" in message
+
+
+def test_a_forbidden_api_still_scales_the_node_groups(env, the_plan):
+    """Before the serving stack applies the Role, the group may do nothing: reported, nodes still go."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    kube.role = {"rules": []}
+    aws.ending_in(50)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube)["serving"] == "failed"
+    assert "HTTP 403" in aws.messages[0]
+    assert "forbidden" in aws.messages[0]
+    assert [e[0] for e in log] == ["nodegroup", "nodegroup"]
+
+
+def test_no_serving_objects_yet_is_not_an_error(env, the_plan):
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, present=False), Aws(log)
+    aws.ending_in(50)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube)["serving"] == "absent"
+    assert "nothing to scale" in aws.messages[0]
+
+
+def test_drained_groups_are_left_alone_without_calling_kubernetes(env, the_plan):
+    """The clock keeps ticking until the block ends: once the groups are at 0 it does nothing."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    aws.ending_in(30)
+    aws.nodegroups(current=0, target=0)
+    assert aws.run(TICK, kube) == {"action": "none"}
+    assert log == []
+    assert kube.tokens == []
+
+
+# --- delivery ---------------------------------------------------------------------------------------
+
+
+def test_delivered_scales_node_groups_up_then_restores_the_plans_replicas(env, the_plan):
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    for name in kube.replicas:
+        kube.replicas[name] = 0
+    aws.nodegroups(current=0, target=2)
+    aws.notified()
+    assert aws.run(DELIVERED, kube) == {"action": "scale-up", "serving": "restored"}
+    assert _last(log, "nodegroup") < _first(log, "patch")
+    wanted = drain.drain_plan(the_plan).leader_worker_sets
+    assert kube.replicas == wanted
+    assert sorted((e[1], e[2]) for e in log if e[0] == "patch") == sorted(wanted.items())
+    assert "Serving restored to the plan's replicas (glm51-2p2d-decode: 1, glm51-2p2d-prefill: 1)" in aws.messages[0]
+
+
+def test_delivered_with_an_unreachable_api_still_scales_up_and_says_so(env, the_plan):
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, unreachable=urllib.error.URLError("no route to host")), Aws(log)
+    aws.nodegroups(current=0, target=2)
+    aws.notified()
+    assert aws.run(DELIVERED, kube)["serving"] == "failed"
+    assert [e[0] for e in log] == ["nodegroup", "nodegroup"]
+    assert "Serving objects NOT restored" in aws.messages[0]
+    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-decode --replicas=1" in aws.messages[0]
+
+
+# --- the token ----------------------------------------------------------------------------------------
+
+ACCESS_KEY, SECRET_KEY = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+SIGNED_AT = dt.datetime(2026, 12, 1, 11, 0, 0)
+
+
+@pytest.fixture
+def frozen_signing_time(monkeypatch):
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: SIGNED_AT)
+
+
+def _session():
+    return boto3.session.Session(aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, region_name="eu-south-2")
+
+
+def _url_of(token):
+    assert token.startswith(kube_api.TOKEN_PREFIX)
+    body = token.removeprefix(kube_api.TOKEN_PREFIX)
+    assert not set(body) & set("=+/"), "base64url without padding"
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
+
+
+def _sigv4(key, date, region, service, string_to_sign):
+    k = hmac.new(("AWS4" + key).encode(), date.encode(), hashlib.sha256).digest()
+    for part in (region, service, "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    return hmac.new(k, string_to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+def test_token_is_a_presigned_get_caller_identity_for_this_cluster(frozen_signing_time):
+    token = kube_api.token(CLUSTER, session=_session())
+    assert token == kube_api.token(CLUSTER, session=_session()), "deterministic for fixed credentials and time"
+    url = urllib.parse.urlsplit(_url_of(token))
+    assert (url.scheme, url.netloc, url.path) == ("https", "sts.eu-south-2.amazonaws.com", "/")
+    query = dict(urllib.parse.parse_qsl(url.query))
+    assert query["Action"] == "GetCallerIdentity"
+    assert query["Version"] == "2011-06-15"
+    assert query["X-Amz-Expires"] == "60"
+    assert query["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert query["X-Amz-Date"] == "20261201T110000Z"
+    assert query["X-Amz-Credential"] == f"{ACCESS_KEY}/20261201/eu-south-2/sts/aws4_request"
+    assert query["X-Amz-SignedHeaders"] == "host;x-k8s-aws-id"
+    # Recompute SigV4 independently: the signature holds only if x-k8s-aws-id carried this cluster's name.
+    unsigned = sorted((k, v) for k, v in query.items() if k != "X-Amz-Signature")
+    canonical_query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}" for k, v in unsigned)
+    for cluster, valid in ((CLUSTER, True), ("someone-elses-cluster", False)):
+        canonical = "\n".join(
+            [
+                "GET",
+                "/",
+                canonical_query,
+                f"host:{url.netloc}",
+                f"x-k8s-aws-id:{cluster}",
+                "",
+                "host;x-k8s-aws-id",
+                hashlib.sha256(b"").hexdigest(),
+            ]
+        )
+        to_sign = "\n".join(
+            ["AWS4-HMAC-SHA256", "20261201T110000Z", "20261201/eu-south-2/sts/aws4_request", hashlib.sha256(canonical.encode()).hexdigest()]
+        )
+        assert (_sigv4(SECRET_KEY, "20261201", "eu-south-2", "sts", to_sign) == query["X-Amz-Signature"]) is valid
+
+
+@pytest.mark.parametrize("session_token", ["a", "ab", "abc"])
+def test_token_never_carries_base64_padding(frozen_signing_time, session_token):
+    """Lambda credentials carry a session token, which lands in the URL: three lengths cover every
+    remainder mod 3, so at least one URL would need padding."""
+    session = boto3.session.Session(
+        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, aws_session_token=session_token, region_name="eu-south-2"
+    )
+    body = kube_api.token(CLUSTER, session=session).removeprefix(kube_api.TOKEN_PREFIX)
+    assert "=" not in body
+    assert f"X-Amz-Security-Token={session_token}&" in _url_of(kube_api.TOKEN_PREFIX + body)
+
+
+def test_each_request_gets_a_fresh_token(frozen_signing_time, monkeypatch):
+    tokens = kube_api.Tokens(CLUSTER, session=_session())
+    first = tokens()
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: SIGNED_AT + dt.timedelta(minutes=10))
+    assert "X-Amz-Date=20261201T111000Z" in _url_of(tokens())
+    assert tokens() != first
+
+
+# --- real TLS against the cluster CA ----------------------------------------------------------------
+
+
+def _certificates():
+    """A CA and a server certificate for 127.0.0.1 it signed; and an unrelated CA."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    now = dt.datetime.now(dt.UTC)
+
+    def certificate(subject, key, issuer, issuer_key, *, ca):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(subject))
+            .issuer_name(name(issuer))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if ca:
+            builder = builder.add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+        else:
+            import ipaddress
+
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+            )
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, other_key, server_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = certificate("kubernetes", ca_key, "kubernetes", ca_key, ca=True)
+    other = certificate("other", other_key, "other", other_key, ca=True)
+    server = certificate("kube-apiserver", server_key, "kubernetes", ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    key_pem = server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return ca.public_bytes(pem), other.public_bytes(pem), server.public_bytes(pem), key_pem
+
+
+class _ApiHandler(BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self):
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        body = json.dumps({"kind": "PodList", "items": [{"metadata": {"name": "p-0"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def tls_api(tmp_path):
+    ca, other, cert, key = _certificates()
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiHandler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _ApiHandler.seen = []
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", base64.b64encode(ca).decode(), base64.b64encode(other).decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_api_is_reached_over_tls_trusting_the_cluster_ca(tls_api):
+    endpoint, ca, _ = tls_api
+    api = kube_api.KubeApi(endpoint, bearer=lambda: "k8s-aws-v1.abc", opener=kube_api.tls_opener(ca), timeout=5)
+    assert api.pods("pd-serving", {names.LWS_NAME_LABEL: "glm51-2p2d-decode"}) == ["p-0"]
+    ((path, auth),) = _ApiHandler.seen
+    assert path == "/api/v1/namespaces/pd-serving/pods?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%3Dglm51-2p2d-decode"
+    assert auth == "Bearer k8s-aws-v1.abc"
+
+
+def test_a_server_the_cluster_ca_did_not_sign_is_refused(tls_api):
+    endpoint, _, other = tls_api
+    api = kube_api.KubeApi(endpoint, bearer=lambda: "k8s-aws-v1.abc", opener=kube_api.tls_opener(other), timeout=5)
+    with pytest.raises(kube_api.ApiError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+        api.pods("pd-serving", {names.LWS_NAME_LABEL: "x"})
+    assert _ApiHandler.seen == []
+
+
+def test_plain_http_endpoints_are_refused():
+    with pytest.raises(ValueError, match="https"):
+        kube_api.KubeApi("http://10.0.0.1", bearer=lambda: "t", opener=object())
+
+
+# --- the serving objects and the template ---------------------------------------------------------
+
+
+def test_the_role_allows_exactly_what_the_lifecycle_calls(the_plan):
+    role = manifests.block_lifecycle_role(the_plan)
+    binding = manifests.block_lifecycle_binding(the_plan)
+    lws = sorted(drain.drain_plan(the_plan).leader_worker_sets)
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == names.namespace(the_plan)
+    assert role["rules"] == [
+        {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "resourceNames": lws, "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": drain.LIFECYCLE_GROUP}]
+    objs = manifests.render(the_plan, inputs.from_plan(the_plan))
+    assert role in objs
+    assert binding in objs
+
+
+def _lifecycle(kit):
+    resources = kit.template_json("capacity")["Resources"]
+    (fn,) = [r for r in resources.values() if r["Properties"].get("Handler") == "pdkit.functions.block_lifecycle.handler"]
+    return resources, fn
+
+
+def _output_of(value):
+    return value["Fn::GetStackOutput"]["OutputName"] if "Fn::GetStackOutput" in value else value["Fn::ImportValue"]
+
+
+def test_lifecycle_function_knows_the_api_and_the_serving_objects(kit):
+    _, fn = _lifecycle(kit)
+    env = fn["Properties"]["Environment"]["Variables"]
+    assert "Endpoint" in _output_of(env["KUBE_ENDPOINT"])
+    assert "CertificateAuthorityData" in _output_of(env["KUBE_CA_DATA"])
+    wanted = drain.drain_plan(kit.plan).lifecycle_environment()
+    assert env["SERVING"] == wanted["SERVING"]
+    assert json.loads(env["SERVING"]) == {
+        "namespace": "pd-serving",
+        "pod_label": names.LWS_NAME_LABEL,
+        "leader_worker_sets": {"glm51-2p2d-prefill": 1, "glm51-2p2d-decode": 1},
+    }
+    assert env["DRAIN_WAIT_SECONDS"] == "600"
+    # The pod wait and the node group calls fit in one invocation.
+    assert fn["Properties"]["Timeout"] == 900
+    assert fn["Properties"]["Timeout"] >= int(env["DRAIN_WAIT_SECONDS"]) + block_lifecycle.RESERVE_SECONDS
+
+
+def test_lifecycle_role_maps_to_the_kubernetes_group_with_no_access_policy(kit):
+    resources, fn = _lifecycle(kit)
+    (entry,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::AccessEntry"]
+    assert entry["KubernetesGroups"] == [drain.LIFECYCLE_GROUP] == ["pdkit:block-lifecycle"]
+    assert entry["PrincipalArn"] == fn["Properties"]["Role"]
+    assert entry["Type"] == "STANDARD"
+    assert "AccessPolicies" not in entry, "RBAC in the serving namespace says what it may do, nothing cluster-wide"
+
+
+def test_cluster_security_group_admits_the_function_on_443_only(kit):
+    resources, fn = _lifecycle(kit)
+    (function_sg,) = fn["Properties"]["VpcConfig"]["SecurityGroupIds"]
+    rules = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]
+    (rule,) = [r for r in rules if r.get("SourceSecurityGroupId") == function_sg]
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 443, 443)
+    assert "ClusterSecurityGroupId" in _output_of(rule["GroupId"])
+    cluster = kit.template_json("cluster")["Resources"]
+    assert not any("BlockLifecycle" in json.dumps(r) for r in cluster.values()), "nothing in the cluster stack refers back"
+
+
+def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
+    import shutil
+    import subprocess
+    import sys
+
+    from pdkit import profile_files
+
+    root = profile_files.ROOT / "pdkit"
+    for module in ("__init__.py", "functions/__init__.py", "reservation.py", "functions/kube_api.py", "functions/block_lifecycle.py"):
+        (tmp_path / "pdkit" / module).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / module, tmp_path / "pdkit" / module)
+    code = "import sys, pdkit.functions.block_lifecycle; assert 'yaml' not in sys.modules and 'pydantic' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=True)
+
+
+def test_the_deployed_lifecycle_asset_holds_its_own_modules(kit):
+    from pathlib import Path
+
+    _, fn = _lifecycle(kit)
+    asset = Path(kit.assembly.directory) / ("asset." + fn["Properties"]["Code"]["S3Key"].removesuffix(".zip"))
+    files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
+    assert {"pdkit/functions/block_lifecycle.py", "pdkit/functions/kube_api.py", "pdkit/reservation.py"} <= files
