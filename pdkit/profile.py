@@ -181,6 +181,19 @@ class ModelRef(_Section):
     id: str
     revision: str = "main"
     served_name: str | None = None
+    hf_token_secret_arn: str | None = Field(
+        default=None, description="Secrets Manager secret (full ARN) holding a Hugging Face read token; only for gated models."
+    )
+
+    @field_validator("hf_token_secret_arn")
+    @classmethod
+    def _token_secret(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+-[A-Za-z0-9]{6}", v):
+            raise FieldFix(
+                f"{v!r} is not the full ARN of a Secrets Manager secret",
+                "use the ARN that `aws secretsmanager describe-secret --secret-id NAME --query ARN` prints (it ends in -XXXXXX)",
+            )
+        return v
 
 
 class Images(_Section):

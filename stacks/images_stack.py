@@ -80,6 +80,7 @@ class ImagesStack(cdk.Stack):
                 "!pdkit/serving/__init__.py",
                 "!pdkit/serving/staging.py",
                 "!pdkit/serving/weights_manifest.py",
+                "!pdkit/serving/weights_import.py",
                 "**/__pycache__",
             ],
         )

@@ -18,6 +18,7 @@ from constructs import Construct
 
 from pdkit.plan import Plan
 from pdkit.serving import inputs, manifests, names
+from pdkit.serving.weights_manifest import MANIFEST_NAME
 from stacks.cluster_stack import ClusterStack
 from stacks.policy import acknowledge
 
@@ -55,6 +56,8 @@ class ServingStack(cdk.Stack):
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="weights/",
             removal_policy=cdk.RemovalPolicy.RETAIN,
+            # A killed import pod leaves paid-for multipart parts behind.
+            lifecycle_rules=[s3.LifecycleRule(abort_incomplete_multipart_upload_after=cdk.Duration.days(1))],
         )
 
         reader = iam.ManagedPolicy(
@@ -83,6 +86,7 @@ class ServingStack(cdk.Stack):
             role_arn=self.reader_role.role_arn,
         )
 
+        writer = self._writer(plan, cluster, key)
         registry = f"{self.account}.dkr.ecr.{self.region}.{self.url_suffix}"
         objects = manifests.render(plan, inputs.from_plan(plan, registry=registry, weights_bucket=self.weights.bucket_name))
         self.manifest = eks.KubernetesManifest(self, "Objects", cluster=cluster.cluster, manifest=objects, overwrite=True)
@@ -91,6 +95,7 @@ class ServingStack(cdk.Stack):
         cdk.CfnOutput(self, "WeightsPrefix", value=plan.weights.prefix)
         cdk.CfnOutput(self, "Namespace", value=names.namespace(plan))
         self._acknowledge(plan, reader, access_logs)
+        self._acknowledge_writer(plan, writer)
 
     @property
     def availability_zones(self) -> list[str]:
@@ -111,6 +116,51 @@ class ServingStack(cdk.Stack):
             reader,
             {
                 f"AwsSolutions-IAM5[Resource::<{self.resolve(self._logical(self.weights))}.Arn>/{plan.weights.prefix}*]": "Read access to the objects under this model's prefix in the kit's own weights bucket; object keys are the checkpoint's file names.",
+            },
+        )
+
+    def _writer(self, plan: Plan, cluster: ClusterStack, key: kms.Key) -> iam.ManagedPolicy:
+        """The import Job's identity (`pdkit weights import`): write the model's prefix, nothing else."""
+        prefix = plan.weights.prefix
+        statements = [
+            # ListBucket makes HeadObject answer 404 (not 403) for a file not imported yet.
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.weights.bucket_arn]),
+            # GetObject: HeadObject for resuming, and reading the previous manifest.
+            iam.PolicyStatement(
+                actions=["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+                resources=[self.weights.arn_for_objects(f"{prefix}*")],
+            ),
+            # Only the manifest is ever deleted (one of another commit, before its files change).
+            iam.PolicyStatement(actions=["s3:DeleteObject"], resources=[self.weights.arn_for_objects(f"{prefix}{MANIFEST_NAME}")]),
+            # SSE-KMS: GenerateDataKey for each object, Decrypt to complete multipart uploads and read the manifest.
+            iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[key.key_arn]),
+        ]
+        token = plan.profile.model.hf_token_secret_arn
+        if token:
+            statements.append(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[token]))
+        writer = iam.ManagedPolicy(self, "WeightsWrite", statements=statements)
+        self.writer_role = iam.Role(
+            self,
+            "WeightsWriterRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            managed_policies=[writer],
+            description=f"{plan.name}: the weights import Job writes the model's prefix in the weights bucket",
+        )
+        eks_l1.CfnPodIdentityAssociation(
+            self,
+            "WeightsWriterAssociation",
+            cluster_name=cluster.cluster.cluster_name,
+            namespace=names.namespace(plan),
+            service_account=names.service_account(plan, "weights-writer"),
+            role_arn=self.writer_role.role_arn,
+        )
+        return writer
+
+    def _acknowledge_writer(self, plan: Plan, writer: iam.ManagedPolicy) -> None:
+        acknowledge(
+            writer,
+            {
+                f"AwsSolutions-IAM5[Resource::<{self.resolve(self._logical(self.weights))}.Arn>/{plan.weights.prefix}*]": "The import Job writes the objects under this model's prefix in the kit's own weights bucket; object keys are the checkpoint's file names, unknown until the Hub lists them.",
             },
         )
 

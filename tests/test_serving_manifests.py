@@ -288,7 +288,11 @@ def test_host_network_switch_lowers_pod_security_with_it(seed):
 
 def test_service_accounts_mount_no_kubernetes_token(objs, seed):
     accounts = of_kind(objs, "ServiceAccount")
-    assert {a["metadata"]["name"] for a in accounts} == {f"{seed.name}-weights-reader", f"{seed.name}-router"}
+    assert {a["metadata"]["name"] for a in accounts} == {
+        f"{seed.name}-weights-reader",
+        f"{seed.name}-weights-writer",
+        f"{seed.name}-router",
+    }
     assert all(a["automountServiceAccountToken"] is False for a in accounts)
     for owner, template in pod_templates(objs):
         assert template["spec"]["automountServiceAccountToken"] is False, owner
@@ -434,5 +438,5 @@ def test_render_command_writes_one_file_per_object_in_apply_order(tmp_path, seed
     assert files[0].name == "00-namespace-pd-serving.yaml"
     loaded = [yaml.safe_load(f.read_text()) for f in files]
     assert [o["kind"] for o in loaded] == [o["kind"] for o in rendered(seed)]
-    assert "registry.example/sglang:1" in (tmp_path / "06-leaderworkerset-glm51-2p2d-prefill.yaml").read_text()
+    assert "registry.example/sglang:1" in (tmp_path / "07-leaderworkerset-glm51-2p2d-prefill.yaml").read_text()
     assert "kubectl apply --server-side" in capsys.readouterr().out

@@ -39,22 +39,50 @@ def test_bucket_name_comes_from_the_plan(kit):
     assert "-eu-south-2" in name
 
 
-def test_pods_get_read_only_access_through_pod_identity(kit):
-    t = kit.template("serving")
-    t.has_resource_properties(
-        "AWS::EKS::PodIdentityAssociation", {"Namespace": "pd-serving", "ServiceAccount": "glm51-2p2d-weights-reader"}
-    )
-    (role,) = t.find_resources("AWS::IAM::Role").values()
+def _role_actions(t, role_logical):
+    """Every action of the managed policies attached to one role."""
+    role = t.to_json()["Resources"][role_logical]
+    attached = {a["Ref"] for a in role["Properties"]["ManagedPolicyArns"]}
+    policies = t.to_json()["Resources"]
+    return {
+        a
+        for name in attached
+        for s in policies[name]["Properties"]["PolicyDocument"]["Statement"]
+        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    }
+
+
+def _pod_identity_role(t, service_account):
+    (assoc,) = t.find_resources("AWS::EKS::PodIdentityAssociation", {"Properties": {"ServiceAccount": service_account}}).values()
+    logical = assoc["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    role = t.to_json()["Resources"][logical]
     trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
-    actions = {
-        a
-        for p in t.find_resources("AWS::IAM::ManagedPolicy").values()
-        for s in p["Properties"]["PolicyDocument"]["Statement"]
-        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    assert assoc["Properties"]["Namespace"] == "pd-serving"
+    return logical
+
+
+def test_serving_pods_get_read_only_access_through_pod_identity(kit):
+    t = kit.template("serving")
+    role = _pod_identity_role(t, "glm51-2p2d-weights-reader")
+    assert _role_actions(t, role) == {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
+
+
+def test_import_job_writes_only_what_an_import_needs(kit):
+    """No s3:DeleteObject on the checkpoint's files, no access to other prefixes, no Secrets Manager without a gated model."""
+    t = kit.template("serving")
+    role = _pod_identity_role(t, "glm51-2p2d-weights-writer")
+    assert _role_actions(t, role) == {
+        "s3:ListBucket",
+        "s3:PutObject",
+        "s3:GetObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+        "s3:DeleteObject",
+        "kms:GenerateDataKey",
+        "kms:Decrypt",
     }
-    assert actions == {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
 
 
 def test_rendered_objects_are_applied_through_the_cluster(kit):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from importlib import import_module
 
 # Order is the order of `pdkit --help`.
-MODULES = ("plan", "capacity", "preflight", "topology", "nodes", "render", "status", "smoke", "validate", "bench", "report")
+MODULES = ("plan", "capacity", "preflight", "topology", "nodes", "weights", "render", "status", "smoke", "validate", "bench", "report")
 
 Register = Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]  # type: ignore[type-arg]
 

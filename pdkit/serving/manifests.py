@@ -69,7 +69,8 @@ def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
     """Every object, in apply order (namespace and cluster-scoped objects first)."""
     objs: list[Obj] = [
         namespace(plan, inputs),
-        service_account(plan, "weights-reader", "weights read-only: EKS Pod Identity association made by the cluster stack"),
+        service_account(plan, "weights-reader", "weights read-only: EKS Pod Identity association made by the serving stack"),
+        service_account(plan, "weights-writer", "weights write (import Job): Pod Identity association made by the serving stack"),
         service_account(plan, "router", "none: the router calls no AWS API"),
         fabric_config_map(plan, inputs),
         weights_volume(plan),

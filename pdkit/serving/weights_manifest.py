@@ -1,8 +1,7 @@
-"""The weights manifest (every file of a checkpoint with its size and sha256) and the import of a
-Hugging Face snapshot directory into the weights bucket.
-
-The in-region import Job downloads the snapshot with huggingface_hub, then runs
-`python -m pdkit.serving.weights_manifest import DIR --bucket ... --prefix ... --model ... --revision ...`.
+"""The weights manifest (every file of a checkpoint with its size and sha256), and the import of a
+local Hugging Face snapshot directory into the weights bucket (`python -m pdkit.serving.weights_manifest
+import DIR ...`, for a snapshot you already have). The in-region import Job (`pdkit weights import`)
+streams from the Hub instead: pdkit/serving/weights_import.py, writing the same manifest.
 Files go up first, each with its sha256 in the object metadata; the manifest goes up last, so a
 manifest in the bucket means a complete upload. Staging (pdkit/serving/staging.py) verifies what it
 downloads against the same manifest. Imports only the standard library and, for S3, boto3.

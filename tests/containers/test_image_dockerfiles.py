@@ -133,8 +133,8 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
         "COPY pdkit/plan.py: not in the build context",
     ),
     "allow-list admits what no COPY uses": (
-        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_manifest.py /opt/pdkit/pdkit/serving/\n",
-        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py /opt/pdkit/pdkit/serving/\n",
+        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_manifest.py pdkit/serving/weights_import.py /opt/pdkit/pdkit/serving/\n",
+        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_import.py /opt/pdkit/pdkit/serving/\n",
         "admits pdkit/serving/weights_manifest.py, which no COPY uses",
     ),
 }
