@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 PROFILE ?=
 CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
 
-.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests diff deploy lock bench clean
+.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests bootstrap destroy pin-digests diff deploy lock bench clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
@@ -60,6 +60,15 @@ update-snapshots: setup ## Re-record template snapshots after a deliberate chang
 
 manifests: setup ## Serving objects of PROFILE as plain YAML in build/serving/ (for kubectl and GitOps)
 	pdkit render --out build/serving $(if $(PROFILE),--profile $(PROFILE))
+
+bootstrap: setup ## cdk bootstrap of PROFILE's account and region, once (needs AWS credentials)
+	$(CDK) bootstrap
+
+destroy: setup ## cdk destroy every stack of PROFILE (what is retained: runbooks/01-cluster.md)
+	$(CDK) destroy --all
+
+pin-digests: setup ## Resolve base-image tags in containers/versions.yaml to digests (needs registry access)
+	python containers/pin_digests.py
 
 diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
 	$(CDK) diff --all

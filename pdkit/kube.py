@@ -120,6 +120,23 @@ class Kube:
             for item in listed.get("items", [])
         ]
 
+    def scale_leader_worker_set(self, namespace: str, name: str, replicas: int) -> bool:
+        """Set spec.replicas (a merge patch); False when the LeaderWorkerSet does not exist (serving not deployed)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            _call(
+                lambda: self.custom.patch_namespaced_custom_object(
+                    LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL, name, {"spec": {"replicas": replicas}}, _request_timeout=TIMEOUT_SECONDS
+                ),
+                passthrough=(ApiException,),
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise _unreachable(err) from None
+        return True
+
     def routers(self, namespace: str) -> list[Workload]:
         selector = f"{ROLE_LABEL}={ROUTER_ROLE}"
         listed = _call(lambda: self.apps.list_namespaced_deployment(namespace, label_selector=selector, _request_timeout=TIMEOUT_SECONDS))

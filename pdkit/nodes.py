@@ -157,3 +157,28 @@ def wait_instances(
 
 def health_issues(group: dict[str, Any]) -> list[str]:
     return [f"{i.get('code', '?')}: {i.get('message', '')}" for i in group.get("health", {}).get("issues", [])]
+
+
+def scale_serving(plan: Plan, connect: Callable[[], Any], *, up: bool) -> list[str]:
+    """Restore (up) or empty (down) the LeaderWorkerSets, as the block lifecycle function does: scaling to 0
+    before the nodes go means no PodDisruptionBudget can hold the node drain. Returns lines for the operator;
+    an unreachable API is reported with the kubectl commands, never raised (the node groups matter more)."""
+    from pdkit.kube import KubeUnreachable
+    from pdkit.serving.drain import drain_plan
+
+    drain = drain_plan(plan)
+    try:
+        kube = connect()
+        lines = []
+        for name, replicas in drain.leader_worker_sets.items():
+            target = replicas if up else 0
+            done = kube.scale_leader_worker_set(drain.namespace, name, target)
+            lines.append(
+                f"{drain.namespace}/{name}: replicas {target}" if done else f"{drain.namespace}/{name}: not deployed, nothing to scale"
+            )
+        return lines
+    except KubeUnreachable as err:
+        commands = drain.kubectl_restore() if up else drain.kubectl_scale_down()
+        return [f"serving NOT {'restored' if up else 'scaled to 0'}: {err}", "run through the SSM access path:"] + [
+            "  " + " ".join(c) for c in commands
+        ]

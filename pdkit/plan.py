@@ -23,8 +23,9 @@ ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
 STACKS = ("network", "cluster", "capacity", "images", "serving", "observability", "ami")
 ROLE_LABEL = "pdkit/role"
-# Kubernetes versions this kit's pinned CDK, kubectl layer and add-ons are tested with.
-KUBERNETES_VERSIONS = ("1.35", "1.36")
+# The Kubernetes version the pinned add-ons (pdkit/data/addons.yaml) and the kubectl layer (v36) are
+# built for. Moving to another version means bumping those pins together with this tuple.
+KUBERNETES_VERSIONS = ("1.36",)
 # AWS services the nodes reach without the NAT gateway (DESIGN §3.2); interface endpoints.
 INTERFACE_ENDPOINTS = (
     "ecr.api",
@@ -107,7 +108,7 @@ class WeightsPlan:
 
     bucket_prefix: str
     region: str
-    prefix: str  # one folder per model and revision, so a new revision never overwrites a staged one
+    prefix: str  # one folder per model and revision; re-importing a moved branch overwrites it (old versions expire)
 
     def bucket(self, account: str) -> str:
         """S3 names are global: the account and region make it unique (a CDK token at deploy time)."""
@@ -276,7 +277,7 @@ def _kubernetes(p: Profile) -> None:
             "cluster.kubernetes_version",
             p.cluster.kubernetes_version,
             "not a version this kit is pinned and tested for",
-            f'use one of {", ".join(KUBERNETES_VERSIONS)} (quote it: "1.35")',
+            f'use one of {", ".join(KUBERNETES_VERSIONS)} (quote it: "{KUBERNETES_VERSIONS[-1]}"); another version needs new add-on pins',
         )
 
 

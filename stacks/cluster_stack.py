@@ -108,7 +108,7 @@ class ClusterStack(cdk.Stack):
             self,
             "LoadBalancerController",
             cluster=self.cluster,
-            version=eks.AlbControllerVersion.V3_2_2,
+            version=_alb_version(addons().load_balancer_controller),
             repository="public.ecr.aws/eks/aws-load-balancer-controller",
         )
         self.load_balancer_controller.node.add_dependency(self.system_nodes)
@@ -207,3 +207,12 @@ class ClusterStack(cdk.Stack):
                 **{f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:elasticloadbalancing:*:*:{r}]": lbc for r in LBC_RESOURCES},
             },
         )
+
+
+def _alb_version(pin: str) -> eks.AlbControllerVersion:
+    """The pinned controller version, as one of the versions aws-cdk-lib ships an IAM policy for."""
+    member = "V" + pin.lstrip("v").replace(".", "_")
+    version = getattr(eks.AlbControllerVersion, member, None)
+    if not isinstance(version, eks.AlbControllerVersion):
+        raise ValueError(f"pdkit/data/addons.yaml load_balancer_controller {pin!r}: aws-cdk-lib has no AlbControllerVersion.{member}")
+    return version

@@ -57,7 +57,13 @@ class ServingStack(cdk.Stack):
             server_access_logs_prefix="weights/",
             removal_policy=cdk.RemovalPolicy.RETAIN,
             # A killed import pod leaves paid-for multipart parts behind.
-            lifecycle_rules=[s3.LifecycleRule(abort_incomplete_multipart_upload_after=cdk.Duration.days(1))],
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    abort_incomplete_multipart_upload_after=cdk.Duration.days(1),
+                    # A re-import of a moved revision overwrites in place; do not pay for the old ~760 GB forever.
+                    noncurrent_version_expiration=cdk.Duration.days(7),
+                )
+            ],
         )
 
         reader = iam.ManagedPolicy(

@@ -12,8 +12,7 @@ import pytest
 from aws_cdk.assertions import Template
 from cfnlint.api import ManualArgs, lint
 
-from pdkit import ami, profile_files
-from pdkit import plan as plan_mod
+from pdkit import ami
 from pdkit.context import load_plan
 from pdkit.plan import Plan
 from stacks.ami_stack import AmiStack
@@ -71,11 +70,11 @@ def test_parent_is_the_eks_nvidia_ami_of_the_plans_kubernetes_version(built):
     )
 
 
-def test_parent_follows_the_profiles_kubernetes_version(raw_with):
-    other = "1.35" if load_plan(None).kubernetes_version != "1.35" else "1.36"
-    plan = plan_mod.build(profile_files.parse(raw_with("cluster.kubernetes_version", other)), profile_path="<test>")
-    parent = _one(build(plan), "AWS::ImageBuilder::ImageRecipe")["ParentImage"]
-    assert f"/optimized-ami/{other}/" in parent
+def test_parent_follows_the_profiles_kubernetes_version(built):
+    """The recipe's parent is the EKS NVIDIA AMI of the plan's version (the one version the add-on pins fit)."""
+    parent = _one(built, "AWS::ImageBuilder::ImageRecipe")["ParentImage"]
+    assert f"/optimized-ami/{built.plan.kubernetes_version}/" in parent
+    assert ami.parent_image_parameter("1.37").startswith("/aws/service/eks/optimized-ami/1.37/"), "the path is built, not hard-coded"
 
 
 def test_recipe_runs_every_component_in_order_with_the_plans_values(built):

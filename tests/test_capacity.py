@@ -106,6 +106,7 @@ def test_user_data_lifts_containerd_memlock_for_efa(kit):
 
 
 def test_cluster_placement_group_by_default(kit):
+    """The user asked for a cluster placement group; it is on unless the profile says none."""
     assert _one(kit, "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
     assert "GroupName" in _lt(kit)["Placement"]
 
@@ -119,6 +120,7 @@ def test_placement_group_can_be_switched_off(raw_with):
 
 
 def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(kit):
+    """EFA (SRD) needs every protocol between the GPU nodes; the only peer is the group itself, never a CIDR."""
     t = kit.template("capacity")
     efa = _efa_group_id(kit)
     t.has_resource_properties("AWS::EC2::SecurityGroupIngress", {"IpProtocol": "-1", "SourceSecurityGroupId": efa, "GroupId": efa})
@@ -130,6 +132,7 @@ def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(kit):
 
 
 def test_one_node_group_per_role_on_the_capacity_block(kit):
+    """CAPACITY_BLOCK capacity type and the NVIDIA AMI type; one group per role so each scales and drains alone."""
     groups = {g["NodegroupName"]: g for g in _node_groups(kit)}
     assert set(groups) == {"glm51-2p2d-prefill", "glm51-2p2d-decode"}
     for group in groups.values():
@@ -143,16 +146,20 @@ def test_desired_size_is_zero_in_the_template_always(kit):
         assert group["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}
 
 
-def test_gpu_subnets_only_in_the_block_az(kit):
+@pytest.mark.parametrize("block_az", ["eu-south-2a", "eu-south-2c"])
+def test_gpu_subnets_only_in_the_block_az(raw_with, block_az):
+    """Instances of a Capacity Block launch only in its AZ; the non-first AZ rules out a 'first subnet' shortcut."""
+    kit = synth(raw_with("aws.availability_zone", block_az))
     network = kit.template_json("network")["Resources"]
     for group in _node_groups(kit):
         (subnet,) = group["Subnets"]
         output = subnet["Fn::GetStackOutput"]["OutputName"] if "Fn::GetStackOutput" in subnet else subnet["Fn::ImportValue"]
         logical = next(k for k in network if k in str(output))
-        assert network[logical]["Properties"]["AvailabilityZone"] == kit.plan.block_az
+        assert network[logical]["Properties"]["AvailabilityZone"] == block_az
 
 
 def test_role_labels_and_taints(kit):
+    """Only the role's pods land on its nodes; the NVIDIA device plugin schedules by nvidia.com/gpu.present."""
     for group in _node_groups(kit):
         role = group["NodegroupName"].rsplit("-", 1)[1]
         assert group["Labels"] == {"pdkit/role": role, "nvidia.com/gpu.present": "true"}
@@ -160,6 +167,7 @@ def test_role_labels_and_taints(kit):
 
 
 def test_node_auto_repair_on(kit):
+    """A GPU fault inside a paid block is repaired without an operator."""
     for group in _node_groups(kit):
         assert group["NodeRepairConfig"] == {"Enabled": True}
 
@@ -202,6 +210,7 @@ def test_lifecycle_knows_node_groups_sizes_and_lead_from_the_plan(kit):
 
 
 def test_notifications_topic_is_encrypted(kit):
+    """Block lifecycle notices carry reservation ids and times: KMS-encrypted like every other store."""
     kit.template("capacity").has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
 
 

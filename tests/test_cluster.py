@@ -14,10 +14,12 @@ def _cluster(kit):
 
 
 def test_kubernetes_version_from_the_profile(kit):
+    """The one version the add-on pins and the kubectl layer are built for."""
     assert _cluster(kit)["Version"] == kit.plan.kubernetes_version == "1.36"
 
 
 def test_private_endpoint_by_default(kit):
+    """The Kubernetes API is not on the internet unless the profile opts in with an allow-list."""
     vpc_config = _cluster(kit)["ResourcesVpcConfig"]
     assert vpc_config["EndpointPrivateAccess"] is True
     assert vpc_config["EndpointPublicAccess"] is False
@@ -82,6 +84,7 @@ def _charts(kit):
 
 
 def test_helm_charts_are_pinned(kit):
+    """Every chart version and repository comes from pdkit/data/addons.yaml: nothing floats to 'latest'."""
     charts = _charts(kit)
     for pin in addons().charts.values():
         assert charts[pin.chart]["Version"] == pin.version
@@ -95,6 +98,7 @@ def test_efa_device_plugin_is_new_enough_for_p5en(kit):
 
 
 def test_device_plugins_tolerate_the_gpu_role_taints(kit):
+    """Without the toleration the plugins never run on the tainted GPU nodes: 0 GPUs and 0 EFA devices allocatable."""
     charts = _charts(kit)
     for name in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
         assert '"key":"pdkit/role","operator":"Exists","effect":"NoSchedule"' in str(charts[name]["Values"]).replace(" ", "")
@@ -108,6 +112,7 @@ def test_efa_plugin_image_comes_from_the_regional_eks_registry(kit):
 
 
 def test_lws_controller_runs_on_system_nodes(kit):
+    """Controllers stay off the GPU nodes, which come and go with the block."""
     assert '"nodeSelector":{"pdkit/role":"system"}' in str(_charts(kit)["lws"]["Values"]).replace(" ", "")
 
 
@@ -116,6 +121,7 @@ def test_load_balancer_controller_is_installed(kit):
 
 
 def test_system_node_group_is_on_demand_across_azs(kit):
+    """Controllers and the router outlive the block: on-demand, spread over every AZ."""
     (group,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Nodegroup").values()]
     assert group["CapacityType"] == "ON_DEMAND"
     assert group["InstanceTypes"] == ["m7i.2xlarge"]
@@ -125,6 +131,7 @@ def test_system_node_group_is_on_demand_across_azs(kit):
 
 
 def test_system_nodes_use_imdsv2_hop_limit_1(kit):
+    """Pods use Pod Identity, never the node role through IMDS."""
     kit.template("cluster").has_resource_properties(
         "AWS::EC2::LaunchTemplate",
         {
@@ -153,5 +160,19 @@ def test_cluster_api_accepts_the_access_host(kit):
 
 
 def test_outputs_for_operators(kit):
+    """The runbooks read these outputs (access host id for the SSM path, cluster name and endpoint)."""
     outputs = kit.template_json("cluster")["Outputs"]
     assert {"ClusterName", "AccessHostId", "ClusterEndpoint"} <= set(outputs)
+
+
+def test_load_balancer_controller_version_comes_from_the_pins(kit):
+    """One place pins it (pdkit/data/addons.yaml); the chart the cluster installs is that version."""
+    chart = _charts(kit)["aws-load-balancer-controller"]
+    assert chart["Version"] == addons().load_balancer_controller.lstrip("v")
+
+
+def test_kube_proxy_pin_matches_the_cluster_version(kit):
+    """Add-on builds are per Kubernetes minor: a kube-proxy for another minor fails at deploy."""
+    kube_proxy = addons().managed["kube-proxy"]
+    assert kube_proxy.startswith(f"v{kit.plan.kubernetes_version}.")
+    assert _cluster(kit)["Version"] == kit.plan.kubernetes_version

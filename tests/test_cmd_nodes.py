@@ -170,3 +170,129 @@ def test_timeout_reports_the_node_group_health(aws, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "InsufficientFreeAddresses: placement group full" in err
     assert "capacity.placement_group: none" in err
+
+
+# --- serving follows the nodes ---------------------------------------------------------------------
+
+
+class FakeLws:
+    """The Kubernetes side of `nodes up|down`: records each LeaderWorkerSet scale, in call order."""
+
+    def __init__(self, events: list[str], *, missing: bool = False) -> None:
+        self.events = events
+        self.missing = missing
+
+    def scale_leader_worker_set(self, namespace: str, name: str, replicas: int) -> bool:
+        self.events.append(f"lws {namespace}/{name}={replicas}")
+        return not self.missing
+
+
+@pytest.fixture
+def order(monkeypatch):
+    """Every node-group update and LeaderWorkerSet scale, in the order the command made them."""
+    from pdkit import nodes
+
+    events: list[str] = []
+    original = nodes.request
+
+    def request(eks, plan, role, target):
+        events.append(f"eks {role.node_group_name}={target.desired}")
+        return original(eks, plan, role, target)
+
+    monkeypatch.setattr(nodes, "request", request)
+    return events
+
+
+@pytest.fixture(autouse=True)
+def no_kubeconfig(monkeypatch):
+    """Unless a test installs a fake, the Kubernetes API is unreachable (as on a laptop without the SSM path)."""
+    from pdkit import kube
+
+    def unreachable(context):
+        raise kube.KubeUnreachable("no usable kubeconfig (test). Fix: open the SSM access path")
+
+    monkeypatch.setattr(kube, "connect", unreachable)
+
+
+def test_down_scales_serving_to_zero_before_the_node_groups(aws, order, monkeypatch, capsys):
+    """A PodDisruptionBudget can hold a node drain, but not a LeaderWorkerSet scaled to 0: pods go first."""
+    from pdkit import kube
+
+    monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 0, f"u-{group}")
+    for group in GROUPS:
+        stub_update_status(aws, group, f"u-{group}", "Successful")
+    assert main(["nodes", "down", "--no-wait"]) == 0
+    assert order == [
+        "lws pd-serving/glm51-2p2d-prefill=0",
+        "lws pd-serving/glm51-2p2d-decode=0",
+        "eks glm51-2p2d-prefill=0",
+        "eks glm51-2p2d-decode=0",
+    ]
+
+
+def test_up_restores_the_plans_replicas_after_sizing_the_node_groups(aws, tmp_path, order, monkeypatch, capsys):
+    """After a late extension (the drain already ran), `nodes up` alone must bring serving back."""
+    from pdkit import kube
+
+    monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
+    stub_reservation(aws)
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 0), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 2, f"u-{group}")
+    for group in GROUPS:
+        stub_update_status(aws, group, f"u-{group}", "Successful")
+    assert main(["nodes", "up", "--no-wait", "--profile", real_profile(tmp_path)]) == 0
+    assert order[-2:] == ["lws pd-serving/glm51-2p2d-prefill=1", "lws pd-serving/glm51-2p2d-decode=1"]
+    assert order[0].startswith("eks ")
+
+
+def test_unreachable_api_prints_the_kubectl_commands_and_still_scales(aws, order, capsys):
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 0, f"u-{group}")
+    for group in GROUPS:
+        stub_update_status(aws, group, f"u-{group}", "Successful")
+    assert main(["nodes", "down", "--no-wait"]) == 0
+    out = capsys.readouterr().out
+    assert "serving NOT scaled to 0" in out
+    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-decode --replicas=0" in out
+    assert order == ["eks glm51-2p2d-prefill=0", "eks glm51-2p2d-decode=0"]
+
+
+def test_no_serving_leaves_the_leader_worker_sets_alone(aws, order, monkeypatch, capsys):
+    from pdkit import kube
+
+    monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
+    for group in GROUPS:
+        aws("eks").add_response("describe_nodegroup", nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        stub_update(aws, group, 0, f"u-{group}")
+    for group in GROUPS:
+        stub_update_status(aws, group, f"u-{group}", "Successful")
+    assert main(["nodes", "down", "--no-wait", "--no-serving"]) == 0
+    assert not any(e.startswith("lws") for e in order)
+
+
+def test_kube_scale_is_a_merge_patch_of_replicas_and_404_means_not_deployed():
+    from kubernetes.client.exceptions import ApiException
+
+    from pdkit import kube
+
+    calls = []
+
+    class Custom:
+        def __init__(self, status=None):
+            self.status = status
+
+        def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body, _request_timeout):
+            calls.append((group, version, namespace, plural, name, body))
+            if self.status:
+                raise ApiException(status=self.status)
+
+    assert kube.Kube(core=None, apps=None, custom=Custom()).scale_leader_worker_set("ns", "lws", 3) is True
+    assert calls == [("leaderworkerset.x-k8s.io", "v1", "ns", "leaderworkersets", "lws", {"spec": {"replicas": 3}})]
+    assert kube.Kube(core=None, apps=None, custom=Custom(404)).scale_leader_worker_set("ns", "lws", 0) is False
+    with pytest.raises(kube.KubeUnreachable, match="refused your identity"):
+        kube.Kube(core=None, apps=None, custom=Custom(403)).scale_leader_worker_set("ns", "lws", 0)

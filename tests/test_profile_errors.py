@@ -73,6 +73,12 @@ CASES = [
     ("ep-not-tp-with-deepep", ("roles.decode.parallelism.ep", 8), "roles.decode.parallelism.ep", "forces ep = tp (16)"),
     ("kv-cannot-hold-context", ("roles.decode.mem_fraction_static", 0.55), "roles.decode.context_length", "cannot hold one request"),
     ("context-over-model", ("roles.decode.context_length", 300000), "roles.decode.context_length", "longer than the model's 202752"),
+    (
+        "public-endpoint-without-allow-list",
+        ("cluster.endpoint_access", "public_and_private"),
+        "cluster.public_access_cidrs",
+        "needs an allow-list",
+    ),
     ("cidrs-with-private-endpoint", ("cluster.public_access_cidrs", ["10.1.0.0/16"]), "cluster.public_access_cidrs", "endpoint is private"),
     (
         "api-open-to-internet",
@@ -81,7 +87,7 @@ CASES = [
         "whole internet",
     ),
     ("more-efa-than-instance", ("capacity.efa_devices", 32), "capacity.efa_devices", "has 16 EFA devices"),
-    ("old-kubernetes", ("cluster.kubernetes_version", "1.29"), "cluster.kubernetes_version", "use one of 1.35, 1.36"),
+    ("old-kubernetes", ("cluster.kubernetes_version", "1.29"), "cluster.kubernetes_version", "use one of 1.36"),
     ("bad-block-duration", ("capacity.duration_hours", 30), "capacity.duration_hours", "multiple of 24"),
     ("bad-placement-group", ("capacity.placement_group", "spread"), "capacity.placement_group", "'cluster' or 'none'"),
     ("bad-log-retention", ("network.flow_log_retention_days", 100), "network.flow_log_retention_days", "e.g. 90"),

@@ -26,6 +26,9 @@ def test_weights_bucket_is_kms_encrypted_versioned_private_and_retained(kit):
     }
     assert bucket["DeletionPolicy"] == "Retain"
     assert "LoggingConfiguration" in props
+    (rule,) = props["LifecycleConfiguration"]["Rules"]
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}, "an overwritten checkpoint is not kept forever"
+    assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
 
 
 def test_weights_bucket_refuses_plain_http(kit):

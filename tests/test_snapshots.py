@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from pdkit.context import load_plan
 from pdkit.plan import STACKS
 
 HASH = re.compile(r"[0-9a-f]{64}")
+# Image tags are content hashes of containers/ (pdkit/images.py): a Dockerfile edit is not a template change.
+IMAGE_TAG = re.compile(r"\b(" + "|".join(map(re.escape, load_plan(None).images)) + r")-[0-9a-f]{12}\b")
 ACCOUNT = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")
 
 
@@ -24,7 +27,7 @@ def normalize(value: Any) -> Any:
     if isinstance(value, list):
         return [normalize(v) for v in value]
     if isinstance(value, str):
-        return ACCOUNT.sub("<account>", HASH.sub("<asset-hash>", value))
+        return IMAGE_TAG.sub(r"\1-<tag>", ACCOUNT.sub("<account>", HASH.sub("<asset-hash>", value)))
     return value
 
 
@@ -34,8 +37,18 @@ def snapshot_json(snapshot):
 
 
 def test_normalize_hides_hashes_and_accounts():
-    raw = {"S3Key": "ab" * 32 + ".zip", "Arn": "arn:aws:iam::123456789012:role/x", "Resources": {"CDKMetadata": {}}}
-    assert normalize(raw) == {"S3Key": "<asset-hash>.zip", "Arn": "arn:aws:iam::<account>:role/x", "Resources": {}}
+    raw = {
+        "S3Key": "ab" * 32 + ".zip",
+        "Arn": "arn:aws:iam::123456789012:role/x",
+        "Resources": {"CDKMetadata": {}},
+        "Image": "r/sglang-efa:sglang-efa-0123456789ab",
+    }
+    assert normalize(raw) == {
+        "S3Key": "<asset-hash>.zip",
+        "Arn": "arn:aws:iam::<account>:role/x",
+        "Resources": {},
+        "Image": "r/sglang-efa:sglang-efa-<tag>",
+    }
 
 
 @pytest.mark.parametrize("stack", STACKS)

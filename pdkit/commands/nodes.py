@@ -15,11 +15,17 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         a = actions.add_parser(name, parents=[common], help=text)
         a.add_argument("--no-wait", action="store_true", help="return after EKS accepted the new sizes")
         a.add_argument("--timeout", type=float, default=30.0, metavar="MINUTES", help="how long to wait for instances (default 30)")
+        a.add_argument(
+            "--no-serving",
+            action="store_true",
+            help="leave the LeaderWorkerSets alone (default: up restores the plan's replicas, down scales them to 0 first)",
+        )
+        a.add_argument("--kube-context", metavar="NAME", help="kubeconfig context for the LeaderWorkerSets (default: the current one)")
         a.set_defaults(handler=run, up=name == "up")
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdkit import aws_errors, capacity, console, nodes
+    from pdkit import aws_errors, capacity, console, kube, nodes
     from pdkit.aws_clients import Aws
     from pdkit.context import load_plan
     from pdkit.errors import KitError
@@ -34,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
             res = capacity.describe_reservation(aws.ec2, reservation_id)
             nodes.require_block_for_up(res, now=capacity.now(), drain_minutes=plan.drain_lead_minutes)
         targets = {name: nodes.target(role, up=args.up) for name, role in plan.roles.items()}
+        if not args.up and not args.no_serving:
+            # Pods first: with the LeaderWorkerSets at 0 no disruption budget can hold the node drain.
+            for line in nodes.scale_serving(plan, lambda: kube.connect(args.kube_context), up=False):
+                console.say(line)
         updates: dict[str, str] = {}
         for name, role in plan.roles.items():
             current = nodes.Scaling.of(nodes.describe(aws.eks, plan, role).get("scalingConfig", {}))
@@ -50,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
                 task = bar.add_task(f"{plan.roles[name].node_group_name}: EKS applies the new size", total=1)
                 nodes.wait_update(aws.eks, plan, plan.roles[name], update_id, polls=polls)
                 bar.update(task, completed=1)
+        if args.up and not args.no_serving:
+            # Pods pend until the nodes join; restoring now means serving starts as soon as they do.
+            for line in nodes.scale_serving(plan, lambda: kube.connect(args.kube_context), up=True):
+                console.say(line)
         if args.no_wait:
             console.say("Sizes accepted; instances follow in minutes. Watch: pdkit status")
             return 0
