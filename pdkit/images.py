@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from pdkit.errors import ProfileError
 
@@ -66,3 +67,10 @@ def plan_images(deployment: str, versions_file: str, *, source: str, registry: s
         repository = f"{registry}/{image}" if source == "external" else f"{deployment}/{image}"
         out[image] = ImagePlan(name=image, repository=repository, tag=tag, build=source == "build")
     return out
+
+
+def component(name: str, versions_file: str = "containers/versions.yaml") -> dict[str, Any]:
+    """One component of the versions file (e.g. the SGLang or router pin), for code that must agree with the images."""
+    versions = _versions_module()
+    components: dict[str, Any] = versions.load((ROOT / versions_file).resolve())["components"]
+    return dict(components[name])

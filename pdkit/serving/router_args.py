@@ -17,13 +17,16 @@ No dp-aware routing: prefill resolves its attention-DP rank from the bootstrap r
 
 from __future__ import annotations
 
+from pdkit.images import component
 from pdkit.plan import Plan
 from pdkit.serving.names import leader_host
 from pdkit.serving.sglang_args import BOOTSTRAP_PORT, SGLANG_PORT
 
-ROUTER_PACKAGE = "smg"
-ROUTER_VERSION = "1.13.0"
-ROUTER_MODULE = "smg.launch_router"
+# The pin lives in containers/versions.yaml (what the image installs); conformance checks this package.
+_ROUTER = component("router")
+ROUTER_PACKAGE: str = _ROUTER["package"]
+ROUTER_VERSION = str(_ROUTER["version"])
+ROUTER_MODULE: str = _ROUTER["module"]
 ROUTER_PORT = 8000
 ROUTER_METRICS_PORT = 29000
 # Minutes the router keeps waiting for workers beyond the server start-up budget (staging the weights

@@ -6,9 +6,11 @@ command line to SGLang's own `prepare_server_args` + `ServerArgs.resolve_once()`
 
 from __future__ import annotations
 
+from pdkit.images import component
 from pdkit.plan import Plan, RolePlan
 
-SGLANG_VERSION = "0.5.23"
+# The pin lives in containers/versions.yaml (what the image installs); conformance checks this version.
+SGLANG_VERSION = str(component("sglang")["version"])
 SGLANG_PORT = 30000
 # Prefill's bootstrap server; the router hands this port to decode with every request.
 BOOTSTRAP_PORT = 8998
