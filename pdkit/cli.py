@@ -18,10 +18,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operate a prefill/decode-disaggregated MoE deployment on an EC2 Capacity Block with EKS and EFA.",
         epilog="Deployment profile: --profile NAME|PATH (default: cdk.json context 'profile'). AWS credentials: --aws-profile or AWS_PROFILE.",
     )
+    # Accepted before or after the command (`pdkit --profile X plan` == `pdkit plan --profile X`): the
+    # top level holds the defaults, and the commands' copies only set what is given to them.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--profile", metavar="NAME|PATH", help="deployment profile: a name in config/ or a YAML path")
-    common.add_argument("--aws-profile", metavar="NAME", help="AWS credentials profile (default: AWS_PROFILE / the SDK chain)")
-    common.add_argument("--region", help="AWS region (default: the deployment profile's aws.region)")
+    for target, default in ((parser, None), (common, argparse.SUPPRESS)):
+        target.add_argument("--profile", metavar="NAME|PATH", default=default, help="deployment profile: a name in config/ or a YAML path")
+        target.add_argument(
+            "--aws-profile", metavar="NAME", default=default, help="AWS credentials profile (default: AWS_PROFILE / the SDK chain)"
+        )
+        target.add_argument("--region", default=default, help="AWS region (default: the deployment profile's aws.region)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     register_all(sub, common)
     return parser

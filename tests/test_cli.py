@@ -29,3 +29,12 @@ def test_cli_never_imports_cdk_or_boto3_for_local_commands():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("[]")
+
+
+def test_profile_is_accepted_before_or_after_the_command(capsys):
+    assert main(["--profile", "glm51-fp8-4p4d", "plan", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["instance_count"] == 8
+    assert main(["plan", "--profile", "glm51-fp8-4p4d", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["instance_count"] == 8
+    assert main(["--profile", "glm51-fp8-4p4d", "plan", "--profile", "glm51-fp8-2p2d", "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["instance_count"] == 4, "the command's own option wins"
