@@ -54,6 +54,17 @@ def synth(profile: dict[str, Any] | str | None = None, *, with_policy: bool = Fa
     return Kit(app=app, plan=the_plan, stacks=stacks, assembly=app.synth())
 
 
+def policy_findings(app: cdk.App) -> list[str]:
+    """Unacknowledged AwsSolutions and NIST 800-53 rev5 findings, as 'rule at construct path'."""
+    from stacks.policy import packs
+
+    found = []
+    for pack in packs(app):
+        for violation in pack.validate_scope(app).violations:
+            found += [f"{violation.rule_name} at {r.construct_path}" for r in violation.violating_resources]
+    return found
+
+
 @pytest.fixture(scope="session")
 def kit() -> Kit:
     return synth()

@@ -8,7 +8,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from pdkit.plan import STACKS
-from tests.conftest import synth
+from tests.conftest import policy_findings, synth
 
 
 def _one(kit, kind):
@@ -260,16 +260,7 @@ def test_custom_node_image_switches_the_launch_templates(raw_with):
 
 
 def test_custom_node_image_profile_is_policy_clean(raw_with):
-    from stacks.policy import packs
-
-    kit = synth(raw_with("ami.source", "custom"))
-    found = [
-        f"{v.rule_name} at {r.construct_path}"
-        for pack in packs(kit.app)
-        for v in pack.validate_scope(kit.app).violations
-        for r in v.violating_resources
-    ]
-    assert found == []
+    assert policy_findings(synth(raw_with("ami.source", "custom")).app) == []
 
 
 def test_eks_optimized_image_keeps_one_shared_template_and_the_nvidia_ami_type(kit):

@@ -6,27 +6,19 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
-from stacks.policy import acknowledge, packs
-from tests.conftest import new_app
-
-
-def _violations(app: cdk.App) -> list[str]:
-    found = []
-    for pack in packs(app):
-        for violation in pack.validate_scope(app).violations:
-            found += [f"{violation.rule_name} at {r.construct_path}" for r in violation.violating_resources]
-    return found
+from stacks.policy import acknowledge
+from tests.conftest import new_app, policy_findings
 
 
 def test_no_unacknowledged_findings(kit):
     """Every finding is either fixed or acknowledged next to its resource with a reason."""
-    assert _violations(kit.app) == []
+    assert policy_findings(kit.app) == []
 
 
 def test_second_profile_is_clean_too():
     from tests.conftest import synth
 
-    assert _violations(synth("glm51-fp8-4p4d").app) == []
+    assert policy_findings(synth("glm51-fp8-4p4d").app) == []
 
 
 def _vpc_without_flow_logs() -> cdk.App:
@@ -44,14 +36,14 @@ def _vpc_without_flow_logs() -> cdk.App:
 
 def test_packs_do_fire():
     """The harness is live: a VPC without flow logs is reported (AwsSolutions-VPC7)."""
-    assert any(v.startswith("AwsSolutions-VPC7 at Probe/Vpc") for v in _violations(_vpc_without_flow_logs()))
+    assert any(v.startswith("AwsSolutions-VPC7 at Probe/Vpc") for v in policy_findings(_vpc_without_flow_logs()))
 
 
 def test_acknowledgment_silences_exactly_its_rule():
     app = _vpc_without_flow_logs()
     vpc = app.node.find_child("Probe").node.find_child("Vpc")
     acknowledge(vpc, {"AwsSolutions-VPC7": "probe VPC in a unit test; it exists only to show the acknowledgment is scoped"})
-    remaining = _violations(app)
+    remaining = policy_findings(app)
     assert not any(v.startswith("AwsSolutions-VPC7") for v in remaining)
     assert any(v.startswith("NIST.800.53.R5-VPCFlowLogsEnabled") for v in remaining)
 
