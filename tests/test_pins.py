@@ -53,3 +53,12 @@ def test_cdk_cli_pinned_exactly_in_package_json_and_lock():
     assert lock["packages"]["node_modules/aws-cdk"]["version"] == wanted
     installed = ROOT / "node_modules" / "aws-cdk" / "package.json"
     assert json.loads(installed.read_text())["version"] == wanted
+
+
+def test_the_serving_images_boto3_matches_the_kits():
+    """The staging and import code is tested here against the kit's boto3; the image must run the same one."""
+    import yaml
+
+    components = yaml.safe_load((ROOT / "containers" / "versions.yaml").read_text())["components"]
+    (boto3,) = [c for c in components.values() if c.get("package") == "boto3"]
+    assert str(boto3["version"]) == _locked("requirements.txt")["boto3"]
