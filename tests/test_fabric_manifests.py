@@ -59,9 +59,9 @@ def test_a_typo_fails_validation(plan, bundle):
 def test_phases_and_jobs_of_the_seed_layout(bundle):
     """2P2D: one EFA job per role (2 pods each), nccl across 4 nodes, UCCL-EP on the decode pair."""
     jobs = _jobs(bundle)
-    assert set(jobs) == {"efa-prefill", "efa-decode", "nccl", "uccl-decode-0"}
-    assert [s.phase for s in bundle.jobs] == ["efa", "efa", "nccl", "uccl"]
-    assert {k: s.pods for k, s in jobs.items()} == {"efa-prefill": 2, "efa-decode": 2, "nccl": 4, "uccl-decode-0": 2}
+    assert set(jobs) == {"node-image", "efa-prefill", "efa-decode", "nccl", "uccl-decode-0"}
+    assert [s.phase for s in bundle.jobs] == ["node-image", "efa", "efa", "nccl", "uccl"]
+    assert {k: s.pods for k, s in jobs.items()} == {"node-image": 4, "efa-prefill": 2, "efa-decode": 2, "nccl": 4, "uccl-decode-0": 2}
     for spec in bundle.jobs:
         s = spec.job["spec"]
         assert s["completionMode"] == "Indexed"
@@ -90,7 +90,8 @@ def test_devices_follow_capacity_efa_devices(raw_with):
     p = plan_mod.build(profile_files.parse(raw_with("capacity.efa_devices", 8)))
     b = manifests.render(p, derive(p), image=IMAGE, run_id="x")
     for spec in b.jobs:
-        assert _container(spec)["resources"]["limits"][EFA] == "8"
+        if spec.key != "node-image":  # GPUs only: it reads the node, it moves no traffic
+            assert _container(spec)["resources"]["limits"][EFA] == "8"
 
 
 def test_no_privilege_no_host_access(bundle):
@@ -116,6 +117,8 @@ def test_namespace_enforces_restricted_pod_security(plan, bundle):
 
 def test_shm_is_a_memory_empty_dir(plan, bundle):
     for spec in bundle.jobs:
+        if spec.key == "node-image":  # runs nothing that uses shared memory
+            continue
         pod = _pod(spec)
         shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
         assert shm["emptyDir"]["medium"] == "Memory"

@@ -19,6 +19,7 @@ from tests.fixtures.fabric.fakes import Clock, FakeCluster, fixture
 IMAGE = "registry.example/validation:v1"
 
 GOOD_LOGS = {
+    "node-image": dict.fromkeys(range(4), fixture("node-image-eks.log")),
     "efa-prefill": {0: fixture("efa-ok-0.log"), 1: fixture("efa-ok-1.log")},
     "efa-decode": {0: fixture("efa-ok-0.log"), 1: fixture("efa-ok-1.log")},
     "nccl": {0: fixture("nccl-efa.log"), 1: "agent: stop requested", 2: "", 3: ""},
@@ -42,7 +43,7 @@ def test_all_phases_pass_and_everything_is_cleaned_up(plan):
     outcome = _run(plan, cluster)
     assert outcome.ok, [c for c in outcome.checks if c.status != "PASS"]
     jobs = [o["metadata"]["name"] for o in cluster.created if o["kind"] == "Job"]
-    assert jobs == ["efa-prefill-abc123", "efa-decode-abc123", "nccl-abc123", "uccl-decode-0-abc123"]
+    assert jobs == ["node-image-abc123", "efa-prefill-abc123", "efa-decode-abc123", "nccl-abc123", "uccl-decode-0-abc123"]
     # Everything but the namespace is deleted again.
     created = {(o["kind"], o["metadata"]["name"]) for o in cluster.created if o["kind"] != "Namespace"}
     deleted = {(o["kind"], o["metadata"]["name"]) for o in cluster.deleted}
@@ -81,7 +82,11 @@ def test_an_unschedulable_phase_skips_the_rest(plan):
     assert rows[("nccl", "-")].status == "SKIP"
     assert "not run: efa-decode could not run" in rows[("nccl", "-")].measured
     assert not outcome.ok
-    assert [o["metadata"]["name"] for o in cluster.created if o["kind"] == "Job"] == ["efa-prefill-abc123", "efa-decode-abc123"]
+    assert [o["metadata"]["name"] for o in cluster.created if o["kind"] == "Job"] == [
+        "node-image-abc123",
+        "efa-prefill-abc123",
+        "efa-decode-abc123",
+    ]
     assert clock.now > 60  # waited the schedule timeout, not forever
 
 
@@ -129,7 +134,7 @@ def test_outcome_saves_json_and_logs(plan, tmp_path):
     assert data["kind"] == "pdkit-validation"
     assert data["ok"] is True
     assert data["thresholds"]["allreduce_min_busbw_gbps"] == 200.0
-    assert {c["status"] for c in data["checks"]} == {"PASS"}
+    assert {c["status"] for c in data["checks"]} == {"PASS", "SKIP"}  # SKIP: no node-image.env on the EKS-optimized AMI
     assert (tmp_path / "v" / "validate-logs" / "nccl-0.log").read_text() == fixture("nccl-efa.log")
     assert len(files) > 5
     assert validate.load(tmp_path / "v" / "validate.json")["run_id"] == "abc123"
@@ -204,3 +209,15 @@ def test_help_imports_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_validate_runs_every_phase_by_default_and_its_help_names_them(capsys):
+    """A new phase is run by plain `pdkit validate` and documented in its --help."""
+    from pdkit.cli import build_parser
+    from pdkit.fabric import manifests
+
+    args = build_parser().parse_args(["validate"])
+    assert args.only is None
+    help_text = build_parser()._subparsers._group_actions[0].choices["validate"].format_help()
+    for phase in manifests.PHASES:
+        assert phase in help_text

@@ -26,7 +26,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("--kube-context", metavar="NAME", help="kubeconfig context (default: the current one; KUBECONFIG is honoured)")
     p.add_argument(
-        "--only", metavar="PHASES", default="efa,nccl,uccl", help="comma-separated phases to run: efa, nccl, uccl (default: all)"
+        "--only",
+        metavar="PHASES",
+        default=None,
+        help="comma-separated phases to run: node-image, efa, nccl, uccl (default: all, in that order)",
     )
     p.add_argument("--image", metavar="URI", help="validation image (default: the plan's <registry>/<name>/validation:<tag>)")
     p.add_argument("--registry", metavar="HOST", help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com)")
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from pdkit.fabric.thresholds import derive
 
     plan = load_plan(args.profile)
-    phases = tuple(p.strip() for p in args.only.split(",") if p.strip())
+    phases = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else manifests.PHASES
     unknown = [p for p in phases if p not in manifests.PHASES]
     if unknown or not phases:
         raise KitError(f"--only {args.only!r}: unknown phase(s) {unknown}. Fix: a comma-separated subset of {','.join(manifests.PHASES)}")

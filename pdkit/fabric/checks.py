@@ -35,6 +35,10 @@ NEXT = {
     "uccl_failed": f"`kubectl exec POD -- python3 /opt/kit/selftest.py` (deep_ep must be the EFA build of UCCL-EP), then {VALIDATE}#uccl-ep-fails-or-is-slow",
     "uccl_slow": f"decode cannot meet observability.tpot_p99_ms on this fabric: {VALIDATE}#uccl-ep-fails-or-is-slow",
     "image": "the validation image is not in ECR yet: follow the CodeBuild run (containers/README.md, 'Build in-region')",
+    "node_image_driver": f"the node runs another NVIDIA driver than its image recorded: {VALIDATE}#node-image-checks-fail",
+    "node_image_gpus": f"`kubectl describe node NODE` (GPU conditions, nvidia.com/gpu), then {VALIDATE}#node-image-checks-fail",
+    "node_image_fabric": f"NVSwitch fabric not ready (fabric manager): {VALIDATE}#node-image-checks-fail",
+    "node_image_modules": f"efa / efa_nv_peermem not loaded on the node: {VALIDATE}#node-image-checks-fail",
     "timeout": f"`kubectl -n NAMESPACE logs job/JOB --all-containers`, then {VALIDATE}#a-check-times-out",
     "no_output": f"`kubectl -n NAMESPACE describe job JOB`, then {VALIDATE}#a-check-times-out",
 }
@@ -105,6 +109,66 @@ def node_checks(plan: Plan, th: Thresholds, nodes: list[Node]) -> list[Check]:
             _row(n.gpus == th.gpus_per_node, "GPUs allocatable", n.name, str(n.gpus), f"= {th.gpus_per_node}", NEXT["node_not_joining"])
         )
     return rows
+
+
+# --- phase 0: the node image ----------------------------------------------------------------------------
+
+NODE_IMAGE_MODULES = ("efa", "efa_nv_peermem")
+FABRIC_READY = ("Completed", "Success")
+
+
+def node_image_checks(plan: Plan, th: Thresholds, run: JobRun, pods: int) -> list[Check]:
+    if run.problem and not any(run.logs.values()):
+        return [Check("node image", "GPU nodes", FAIL, run.problem, "job completes", stuck_next_step(plan, run.problem))]
+    rows: list[Check] = []
+    for index in range(pods):
+        r = parsers.parse_node_image(run.logs.get(index, ""))
+        node = run.nodes.get(index) or r.node or f"node-image pod {index}"
+        if not r.sections:
+            rows.append(Check("node image", node, FAIL, "no output", "4 sections", NEXT["no_output"]))
+            continue
+        rows += [_driver(r, node), _gpus(th, r, node), _fabric(r, node), _modules(r, node)]
+    return rows
+
+
+def _driver(r: parsers.NodeImageReport, node: str) -> Check:
+    name = "NVIDIA driver = node image's"
+    loaded = ", ".join(sorted(set(r.drivers))) or (r.gpu_error or "none")
+    if r.env_absent:
+        return Check(name, node, SKIP, f"{loaded}; no /etc/pdkit/node-image.env (EKS-optimized AMI)", "NVIDIA_DRIVER", "")
+    recorded = (r.env or {}).get("NVIDIA_DRIVER")
+    if recorded is None:
+        return Check(name, node, FAIL, f"{loaded}; node-image.env has no NVIDIA_DRIVER", "NVIDIA_DRIVER", NEXT["node_image_driver"])
+    ok = bool(r.drivers) and set(r.drivers) == {recorded}
+    return _row(ok, name, node, f"loaded {loaded}", f"= {recorded}", NEXT["node_image_driver"])
+
+
+def _gpus(th: Thresholds, r: parsers.NodeImageReport, node: str) -> Check:
+    measured = f"{len(r.drivers)} ({', '.join(sorted(set(r.gpu_names)))})" if r.drivers else (r.gpu_error or "0")
+    return _row(
+        len(r.drivers) == th.gpus_per_node, "GPUs seen by nvidia-smi", node, measured, f"= {th.gpus_per_node}", NEXT["node_image_gpus"]
+    )
+
+
+def _fabric(r: parsers.NodeImageReport, node: str) -> Check:
+    threshold = "State Completed, Status Success on every GPU"
+    if not r.fabric:
+        return Check("NVSwitch fabric", node, FAIL, "no Fabric section from nvidia-smi -q", threshold, NEXT["node_image_fabric"])
+    bad = [f for f in r.fabric if (f.state, f.status) != FABRIC_READY]
+    if not bad:
+        return Check("NVSwitch fabric", node, PASS, f"Completed/Success on {len(r.fabric)} GPUs", threshold, "")
+    first = bad[0]
+    measured = f"{len(bad)} of {len(r.fabric)} GPUs not ready (GPU {first.gpu}: State {first.state}, Status {first.status})"
+    return Check("NVSwitch fabric", node, FAIL, measured, threshold, NEXT["node_image_fabric"])
+
+
+def _modules(r: parsers.NodeImageReport, node: str) -> Check:
+    threshold = " and ".join(NODE_IMAGE_MODULES) + " loaded"
+    if r.modules is None:
+        return Check("EFA kernel modules", node, FAIL, "cannot read /proc/modules", threshold, NEXT["node_image_modules"])
+    missing = [m for m in NODE_IMAGE_MODULES if m not in r.modules]
+    measured = f"missing {', '.join(missing)}" if missing else "both loaded"
+    return _row(not missing, "EFA kernel modules", node, measured, threshold, NEXT["node_image_modules"])
 
 
 # --- phase 1 ----------------------------------------------------------------------------------------------
@@ -251,7 +315,9 @@ def evaluate(
     for key, reason in (skipped or {}).items():
         rows.append(Check(key, "-", SKIP, reason, "-", ""))
     for key, run in runs.items():
-        if key.startswith("efa-"):
+        if key == "node-image":
+            rows += node_image_checks(plan, th, run, pods[key])
+        elif key.startswith("efa-"):
             rows += efa_checks(plan, th, key.removeprefix("efa-"), run, pods[key])
         elif key == "nccl":
             rows += nccl_checks(plan, th, run)

@@ -1,6 +1,10 @@
 """The validation Jobs, rendered from the plan as plain dicts (like the serving manifests).
 
-Three phases, run one after the other because each takes the nodes' EFA devices (and GPUs):
+Four phases, run one after the other because each takes the nodes' GPUs (and EFA devices):
+- `node-image`: one pod per GPU node with all its GPUs (so the NVIDIA runtime mounts nvidia-smi),
+  printing the node image's record (/etc/pdkit/node-image.env, custom AMI only), the loaded driver
+  version and GPUs, the NVSwitch fabric state, and whether efa and efa_nv_peermem are loaded
+  (/proc/modules): what the GPU-less Image Builder instance cannot check (ami/README.md).
 - `efa`: per role, an Indexed Job with one pod per node. Each pod reports the EFA devices it was
   given (`/dev/infiniband/uverbs*`), the efa provider's domains (`fi_info`), the node's devices and
   its locked-memory limit; then pods 2k and 2k+1 run `fi_pingpong` on the efa provider.
@@ -34,7 +38,7 @@ from pdkit.serving.manifests import POD_SHARE_OF_NODE, PSS_VERSION_PREFIX, SHM_F
 
 Obj = dict[str, Any]
 
-PHASES = ("efa", "nccl", "uccl")
+PHASES = ("node-image", "efa", "nccl", "uccl")
 AGENT_DIR = "/opt/pdkit"
 AGENT_SOURCE = Path(agent.__file__)
 # torchrun's default rendezvous port, which uccl-ep-bench.sh also defaults to.
@@ -47,7 +51,7 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 TOKEN_PLACEHOLDER = "generated-per-run-by-pdkit-validate"  # noqa: S105 - `--render` output only; a run uses a fresh random token
 # How long each phase may run before Kubernetes stops it (and pdkit reports a timeout).
-PHASE_DEADLINE_SECONDS = {"efa": 15 * 60, "nccl": 40 * 60, "uccl": 20 * 60}
+PHASE_DEADLINE_SECONDS = {"node-image": 15 * 60, "efa": 15 * 60, "nccl": 40 * 60, "uccl": 20 * 60}
 # Finished Jobs disappear on their own an hour later, should pdkit be interrupted before its cleanup.
 TTL_AFTER_FINISHED_SECONDS = 3600
 # fi_pingpong's control-socket port (libfabric util/pingpong.c default), which efa-pingpong.sh keeps.
@@ -59,6 +63,13 @@ AGENT_WAIT_SECONDS = 600
 EFA_PROBE_CPU = "4"
 EFA_PROBE_MEMORY = "8Gi"
 NCCL_TESTS = ("all_reduce_perf", "alltoall_perf")
+# The node image's record (pdkit.ami.MANIFEST), seen read-only under this path in the node-image pod.
+NODE_IMAGE_DIR = "/etc/pdkit"
+NODE_IMAGE_FILE = "node-image.env"
+NODE_IMAGE_MOUNT = "/host/etc/pdkit"
+NODE_IMAGE_MODULES = ("efa", "efa_nv_peermem")
+NODE_IMAGE_CPU = "1"
+NODE_IMAGE_MEMORY = "1Gi"
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class Bundle:
     namespace: Obj
     shared: list[Obj]
     jobs: list[JobSpec] = field(default_factory=list)
+    # Namespaces a phase needs besides `namespace` (the node-image phase's, with a custom AMI).
+    extra_namespaces: list[Obj] = field(default_factory=list)
 
     @property
     def namespace_name(self) -> str:
@@ -90,7 +103,7 @@ class Bundle:
         return [j for j in self.jobs if j.phase == name]
 
     def objects(self) -> list[Obj]:
-        out = [self.namespace, *self.shared]
+        out = [self.namespace, *self.extra_namespaces, *self.shared]
         for spec in self.jobs:
             out += [spec.service, spec.job]
         return out
@@ -102,11 +115,19 @@ def namespace_name(plan: Plan) -> str:
 
 def render(plan: Plan, th: Thresholds, *, image: str, run_id: str, token: str = TOKEN_PLACEHOLDER) -> Bundle:
     ns = namespace_name(plan)
-    jobs = [efa_job(plan, role, th, image=image, run_id=run_id, namespace=ns) for role in plan.roles.values()]
+    node_image = node_image_job(plan, th, image=image, run_id=run_id, namespace=ns)
+    extra = [node_image_namespace(plan)] if reads_host_record(plan) else []
+    jobs = [node_image]
+    jobs += [efa_job(plan, role, th, image=image, run_id=run_id, namespace=ns) for role in plan.roles.values()]
     jobs.append(nccl_job(plan, th, image=image, run_id=run_id, namespace=ns))
     if plan.decode.ep_spans_nodes:
         jobs += [uccl_job(plan, th, replica=i, image=image, run_id=run_id, namespace=ns) for i in range(plan.decode.replicas)]
-    return Bundle(namespace=namespace(plan), shared=[agent_config_map(plan, run_id, ns), agent_secret(plan, run_id, ns, token)], jobs=jobs)
+    return Bundle(
+        namespace=namespace(plan),
+        shared=[agent_config_map(plan, run_id, ns), agent_secret(plan, run_id, ns, token)],
+        jobs=jobs,
+        extra_namespaces=extra,
+    )
 
 
 def to_yaml(objs: list[Obj]) -> str:
@@ -472,3 +493,94 @@ def uccl_job(plan: Plan, th: Thresholds, *, replica: int, image: str, run_id: st
     )
     service = _service(plan, name, namespace, run_id, key, TORCHRUN_PORT)
     return JobSpec(key=key, phase="uccl", job=job, service=service, pods=decode.nodes_per_replica)
+
+
+# --- phase 0: what the node image put on the node, seen with the GPUs ------------------------------
+
+
+def reads_host_record(plan: Plan) -> bool:
+    """Only the kit's custom AMI writes /etc/pdkit/node-image.env; the EKS-optimized AMI has no such directory."""
+    return plan.profile.ami.source == "custom"
+
+
+def node_image_namespace_name(plan: Plan) -> str:
+    return f"{namespace_name(plan)}-node-image"
+
+
+def node_image_namespace(plan: Plan) -> Obj:
+    """The node-image pod's own namespace, used only with a custom AMI.
+
+    Pod Security has no level between "restricted" and "privileged" that admits a hostPath volume
+    (baseline forbids every hostPath), so this namespace enforces "privileged" and keeps only the
+    node-image Job; the pod itself still meets "restricted" except for that one read-only volume
+    (tests/test_fabric_manifests.py). Warnings and audit stay at "baseline", which flags anything
+    more than the hostPath.
+    """
+    version = PSS_VERSION_PREFIX + plan.kubernetes_version
+    labels = {
+        **names.common_labels(plan, "validation"),
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/enforce-version": version,
+        "pod-security.kubernetes.io/warn": "baseline",
+        "pod-security.kubernetes.io/warn-version": version,
+        "pod-security.kubernetes.io/audit": "baseline",
+        "pod-security.kubernetes.io/audit-version": version,
+    }
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": node_image_namespace_name(plan), "labels": labels}}
+
+
+def node_image_script() -> str:
+    """Four sections between `pdkit-begin section=NAME` and `pdkit-end section=NAME status=N` (parsers.parse_node_image)."""
+    record = f"{NODE_IMAGE_MOUNT}/{NODE_IMAGE_FILE}"
+    modules = "|".join(NODE_IMAGE_MODULES)
+    return f"""set -u
+echo "pdkit-node-image node=${{NODE_NAME}}"
+echo "pdkit-begin section=env"
+if [ -e {record} ]; then
+  cat {record}
+else
+  echo absent
+fi
+echo "pdkit-end section=env status=$?"
+echo "pdkit-begin section=gpus"
+nvidia-smi --query-gpu=driver_version,name --format=csv,noheader 2>&1
+echo "pdkit-end section=gpus status=$?"
+echo "pdkit-begin section=fabric"
+nvidia-smi -q 2>&1 | awk '/^GPU [0-9A-Fa-f]/ {{f=0; print; next}} f {{ match($0, /^ */); if (RLENGTH > fi) {{print; next}}; f=0 }} /^ *Fabric *$/ {{f=1; match($0, /^ */); fi=RLENGTH; print}}'
+echo "pdkit-end section=fabric status=${{PIPESTATUS[0]}}"
+echo "pdkit-begin section=modules"
+grep -E '^({modules}) ' /proc/modules
+echo "pdkit-end section=modules status=$?"
+exit 0
+"""
+
+
+def node_image_job(plan: Plan, th: Thresholds, *, image: str, run_id: str, namespace: str) -> JobSpec:
+    roles = list(plan.roles.values())
+    pods = sum(r.nodes for r in roles)
+    ns = node_image_namespace_name(plan) if reads_host_record(plan) else namespace
+    name = f"node-image-{run_id}"
+    container = _container(
+        plan,
+        image=image,
+        script=node_image_script(),
+        env=_env(plan),
+        requests={"cpu": NODE_IMAGE_CPU, "memory": NODE_IMAGE_MEMORY},
+        devices={GPU: str(th.gpus_per_node)},  # all of the instance table's, like every phase
+    )
+    # This pod needs neither shared memory nor the rsh agent (whose ConfigMap lives in the other namespace).
+    container["volumeMounts"] = []
+    job = _job(plan, name=name, ns=ns, run_id=run_id, check="node-image", phase="node-image", pods=pods, roles=roles, container=container)
+    pod = job["spec"]["template"]["spec"]
+    pod["volumes"] = []
+    if reads_host_record(plan):
+        # The one hostPath in the kit, and only here: a validation Job that runs for seconds with no
+        # serving traffic, mounting read-only the single directory the AMI components write
+        # (pdkit.ami.MANIFEST) to compare it with the driver actually loaded. Type Directory: a node
+        # without it fails to mount instead of the runtime creating the directory on the host.
+        pod["volumes"].append({"name": "node-image", "hostPath": {"path": NODE_IMAGE_DIR, "type": "Directory"}})
+        container["volumeMounts"].append({"name": "node-image", "mountPath": NODE_IMAGE_MOUNT, "readOnly": True})
+    # Headless and port-less: the pods talk to no one; the Service only keeps the phases uniform.
+    service = _service(plan, name, ns, run_id, "node-image", port=1)
+    del service["spec"]["ports"]
+    return JobSpec(key="node-image", phase="node-image", job=job, service=service, pods=pods)

@@ -9,6 +9,10 @@
 - UCCL-EP `ep/bench/test_low_latency.py`: `[rank N] Dispatch + combine bandwidth: X GB/s, avg_t=Y
   us, ...`, `[rank N] Dispatch bandwidth: X GB/s, avg_t=Y us | Combine bandwidth: ...` and
   `All correctness tests passed!`.
+- The node-image pod (pdkit/fabric/manifests.py `node_image_script`): `KEY=VALUE` lines of
+  /etc/pdkit/node-image.env or `absent`; `nvidia-smi --query-gpu=driver_version,name --format=csv,noheader`
+  rows (`580.95.05, NVIDIA H200`); the `Fabric` block of `nvidia-smi -q` under each `GPU 00000000:..`
+  header (`State : Completed`, `Status : Success`); the /proc/modules lines of efa and efa_nv_peermem.
 - The kit's own probe lines (`pdkit-probe key=value ...`, `pdkit-exit ...`) from the Job scripts.
 """
 
@@ -314,3 +318,95 @@ def sections(text: str, begin: str, end: str, key: str) -> dict[str, tuple[str, 
     if current is not None:
         out[current] = ("\n".join(buf), {})
     return out
+
+
+# --- the node-image pod ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FabricState:
+    gpu: str
+    state: str | None
+    status: str | None
+
+
+@dataclass(frozen=True)
+class NodeImageReport:
+    node: str | None
+    env: dict[str, str] | None  # None: the file is absent (EKS-optimized AMI) or the section is missing
+    env_absent: bool
+    drivers: tuple[str, ...]  # one per GPU row
+    gpu_names: tuple[str, ...]
+    gpu_error: str | None
+    fabric: tuple[FabricState, ...]
+    modules: frozenset[str] | None  # None: /proc/modules could not be read
+    sections: frozenset[str]
+
+
+_FABRIC_FIELD = re.compile(r"^\s*(State|Status)\s*:\s*(.*?)\s*$")
+
+
+def parse_node_image(text: str) -> NodeImageReport:
+    found = sections(text, "pdkit-begin", "pdkit-end", "section")
+    heads = marker_lines(text, "pdkit-node-image")
+    node = heads[-1].get("node") if heads else None
+
+    env: dict[str, str] | None = None
+    absent = False
+    if "env" in found:
+        lines = [ln.strip() for ln in found["env"][0].splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        if lines == ["absent"]:
+            absent = True
+        else:
+            env = dict(ln.split("=", 1) for ln in lines if "=" in ln)
+
+    drivers: list[str] = []
+    gpu_names: list[str] = []
+    gpu_error: str | None = None
+    if "gpus" in found:
+        body, end = found["gpus"]
+        for line in body.splitlines():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) == 2 and re.fullmatch(r"\d+(?:\.\d+)+", cells[0]):
+                drivers.append(cells[0])
+                gpu_names.append(cells[1])
+            elif line.strip():
+                gpu_error = gpu_error or line.strip()
+        if end.get("status", "0") != "0" and gpu_error is None:
+            gpu_error = f"nvidia-smi exit status {end.get('status')}"
+
+    fabric: list[FabricState] = []
+    if "fabric" in found:
+        gpu: str | None = None
+        fields: dict[str, str] = {}
+        in_fabric = False
+        for line in found["fabric"][0].splitlines():
+            if line.startswith("GPU "):
+                if gpu is not None:
+                    fabric.append(FabricState(gpu, fields.get("State"), fields.get("Status")))
+                gpu, fields, in_fabric = line.split()[1], {}, False
+            elif line.strip() == "Fabric":
+                in_fabric = True
+            elif in_fabric and (m := _FABRIC_FIELD.match(line)) and m.group(1) not in fields:
+                fields[m.group(1)] = m.group(2)
+        if gpu is not None:
+            fabric.append(FabricState(gpu, fields.get("State"), fields.get("Status")))
+
+    modules: frozenset[str] | None = None
+    if "modules" in found:
+        body, end = found["modules"]
+        # grep: 0 found, 1 none found, 2 the file could not be read.
+        if end.get("status") in ("0", "1"):
+            modules = frozenset(line.split()[0] for line in body.splitlines() if line.strip())
+
+    return NodeImageReport(
+        node=node,
+        env=env,
+        env_absent=absent,
+        drivers=tuple(drivers),
+        gpu_names=tuple(gpu_names),
+        gpu_error=gpu_error,
+        fabric=tuple(fabric),
+        modules=modules,
+        sections=frozenset(found),
+    )

@@ -1,5 +1,5 @@
-"""`pdkit validate` end to end: refuse while serving holds the GPUs, list the nodes, run the three
-phases one after the other, judge the logs, and keep everything for the report.
+"""`pdkit validate` end to end: refuse while serving holds the GPUs, list the nodes, run the four
+phases (node-image, efa, nccl, uccl) one after the other, judge the logs, and keep everything for the report.
 """
 
 from __future__ import annotations
@@ -119,6 +119,9 @@ def run(
     nodes = cluster.gpu_nodes()
     bundle = manifests.render(plan, th, image=image, run_id=run_id, token=token)
     cluster.create(bundle.namespace)
+    if "node-image" in phases:
+        for extra in bundle.extra_namespaces:
+            cluster.create(extra)
     runs: dict[str, JobRun] = {}
     skipped: dict[str, str] = {}
     pods = {spec.key: spec.pods for spec in bundle.jobs}
