@@ -153,7 +153,7 @@ class RealSystem:
 
     def _tool(self, argv: Sequence[str]) -> str:
         try:
-            completed = subprocess.run(list(argv), capture_output=True, text=True, check=False, env=dict(self.env))  # noqa: S603
+            completed = subprocess.run(list(argv), capture_output=True, text=True, check=False, env=dict(self.env))  # noqa: S603 - fixed argv of the self-test (ldd, nm, python), no shell
         except OSError as exc:
             return f"<could not run {argv[0]}: {exc}>"
         return completed.stdout + completed.stderr

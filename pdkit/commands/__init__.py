@@ -7,16 +7,13 @@ Modules import heavy dependencies (pydantic profile loading, boto3) inside their
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from importlib import import_module
 
 # Order is the order of `pdkit --help`.
 MODULES = ("plan", "capacity", "preflight", "topology", "nodes", "weights", "render", "status", "smoke", "validate", "bench", "report")
 
-Register = Callable[[argparse._SubParsersAction, argparse.ArgumentParser], None]  # type: ignore[type-arg]
 
-
-def register_all(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register_all(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     for name in MODULES:
         module = import_module(f"pdkit.commands.{name}")
         module.register(sub, common)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pdkit.plan import Plan
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("capacity", help="find, buy, check and extend the EC2 Capacity Block")
     cap = p.add_subparsers(dest="capacity_command", metavar="ACTION", required=True)
 

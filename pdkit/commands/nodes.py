@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("nodes", help="scale the GPU node groups: up to the plan's sizes, or down to 0")
     actions = p.add_subparsers(dest="nodes_command", metavar="ACTION", required=True)
     for name, text in (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "render",
         parents=[common],

@@ -14,7 +14,7 @@ or, with kubectl already working through that host (runbooks/01-cluster.md):
 """
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     from pdkit.smoke import DEFAULT_URL
 
     p = sub.add_parser(

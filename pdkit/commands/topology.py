@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from pdkit.topology import GpuNode
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("topology", parents=[common], help="network placement of the running GPU nodes per role (DescribeInstanceTopology)")
     p.add_argument("--output", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)

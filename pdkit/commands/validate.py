@@ -16,7 +16,7 @@ the plan (pdkit/fabric/thresholds.py); runbooks/03-validate.md explains each one
 """
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "validate",
         parents=[common],

@@ -20,7 +20,7 @@ HASH_CHUNK = 16 * 1024 * 1024
 SHOWN_EXTRAS = 5
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "weights", help="import the model from the Hugging Face Hub into the weights bucket (in-region Job); verify the bucket"
     )

@@ -72,7 +72,7 @@ def serving_grace_minutes(plan: Plan) -> int:
 def _per_node(metric: str, fn: str, plan: Plan) -> Query:
     # A CloudWatch Metrics Insights query built from the kit's own constants (no user input reaches it).
     sql = (
-        f'SELECT {fn}({metric}) FROM SCHEMA("{c.CONTAINER_INSIGHTS}", {", ".join(c.NODE_DIMS)}) '  # noqa: S608
+        f'SELECT {fn}({metric}) FROM SCHEMA("{c.CONTAINER_INSIGHTS}", {", ".join(c.NODE_DIMS)}) '  # noqa: S608 - CloudWatch Metrics Insights, built from the metric catalog, not SQL
         f"WHERE ClusterName = '{plan.cluster_name}' GROUP BY NodeName"
     )
     return Query("nodes", expression=sql)

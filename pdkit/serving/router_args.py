@@ -57,7 +57,7 @@ def router_argv(plan: Plan) -> list[str]:
         "--port",
         str(ROUTER_PORT),
         "--prometheus-host",
-        "0.0.0.0",  # noqa: S104
+        "0.0.0.0",  # noqa: S104 - the pod IP, behind the internal load balancer
         "--prometheus-port",
         str(ROUTER_METRICS_PORT),
         # The router holds requests until the workers answer /health; a 760 GB model takes this long.
