@@ -21,11 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def timed(cmd: list[str], *, env: dict[str, str] | None = None, findings_ok: bool = False) -> float:
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(cmd, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     # The reference app acknowledges nothing, so its synth ends "with errors" after doing all the work.
     if done.returncode and not (findings_ok and "Synthesis finished with errors" in done.stderr):
-        raise SystemExit(f"bench: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"bench: {' '.join(cmd)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
     return elapsed
 
 

@@ -17,6 +17,8 @@ from pdkit.plan import STACKS
 
 HASH = re.compile(r"[0-9a-f]{64}")
 # Image tags are content hashes of containers/ (pdkit/images.py): a Dockerfile edit is not a template change.
+# Image Builder names carry a 10-hex content fingerprint (pdkit/ami.py): the content itself is in the snapshot.
+FINGERPRINTED_NAME = re.compile(r"^([a-z0-9-]+)-[0-9a-f]{10}$")
 IMAGE_TAG = re.compile(r"\b(" + "|".join(map(re.escape, load_plan(None).images)) + r")-[0-9a-f]{12}\b")
 ACCOUNT = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")
 
@@ -27,7 +29,8 @@ def normalize(value: Any) -> Any:
     if isinstance(value, list):
         return [normalize(v) for v in value]
     if isinstance(value, str):
-        return IMAGE_TAG.sub(r"\1-<tag>", ACCOUNT.sub("<account>", HASH.sub("<asset-hash>", value)))
+        value = IMAGE_TAG.sub(r"\1-<tag>", ACCOUNT.sub("<account>", HASH.sub("<asset-hash>", value)))
+        return FINGERPRINTED_NAME.sub(r"\1-<fingerprint>", value)
     return value
 
 
