@@ -27,6 +27,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -67,7 +68,7 @@ def parse_www_authenticate(header: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', params))
 
 
-def resolve_with_registry(repository: str, tag: str, opener: Callable[..., object] = urllib.request.urlopen) -> str:
+def resolve_with_registry(repository: str, tag: str, opener: Callable[..., Any] = urllib.request.urlopen) -> str:
     host, path = split_repository(repository)
     url = f"https://{host}/v2/{path}/manifests/{tag}"
     headers = {"Accept": MANIFEST_TYPES}
@@ -81,10 +82,10 @@ def resolve_with_registry(repository: str, tag: str, opener: Callable[..., objec
         params: dict[str, str] = {key: challenge[key] for key in ("service", "scope") if key in challenge}
         query = urllib.parse.urlencode(params)
         token_response = opener(f"{challenge['realm']}?{query}", timeout=30)
-        token = json.loads(token_response.read())  # type: ignore[attr-defined]
+        token = json.loads(token_response.read())
         headers["Authorization"] = f"Bearer {token.get('token') or token['access_token']}"
         response = opener(urllib.request.Request(url, method="HEAD", headers=headers), timeout=30)
-    digest = response.headers.get("Docker-Content-Digest")  # type: ignore[attr-defined]
+    digest = response.headers.get("Docker-Content-Digest")
     if not digest or not versions.DIGEST.match(digest):
         raise RuntimeError(f"{url}: no usable Docker-Content-Digest header (got {digest!r})")
     return str(digest)

@@ -75,21 +75,8 @@ class ServingStack(cdk.Stack):
                 iam.PolicyStatement(actions=["kms:Decrypt"], resources=[key.key_arn]),
             ],
         )
-        # EKS Pod Identity: the agent assumes the role for pods of one service account, with session tags.
-        self.reader_role = iam.Role(
-            self,
-            "WeightsReaderRole",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
-            managed_policies=[reader],
-            description=f"{plan.name}: serving pods read the model weights, nothing else",
-        )
-        eks_l1.CfnPodIdentityAssociation(
-            self,
-            "WeightsReaderAssociation",
-            cluster_name=cluster.cluster.cluster_name,
-            namespace=names.namespace(plan),
-            service_account=names.service_account(plan, "weights-reader"),
-            role_arn=self.reader_role.role_arn,
+        self.reader_role = self._pod_identity(
+            "WeightsReader", plan, cluster, "weights-reader", reader, f"{plan.name}: serving pods read the model weights, nothing else"
         )
 
         writer = self._writer(plan, cluster, key)
@@ -145,22 +132,36 @@ class ServingStack(cdk.Stack):
         if token:
             statements.append(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[token]))
         writer = iam.ManagedPolicy(self, "WeightsWrite", statements=statements)
-        self.writer_role = iam.Role(
+        self.writer_role = self._pod_identity(
+            "WeightsWriter",
+            plan,
+            cluster,
+            "weights-writer",
+            writer,
+            f"{plan.name}: the weights import Job writes the model's prefix in the weights bucket",
+        )
+        return writer
+
+    def _pod_identity(
+        self, id_: str, plan: Plan, cluster: ClusterStack, purpose: str, policy: iam.ManagedPolicy, description: str
+    ) -> iam.Role:
+        """A role for the pods of one service account: EKS Pod Identity assumes it with session tags."""
+        role = iam.Role(
             self,
-            "WeightsWriterRole",
+            f"{id_}Role",
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
-            managed_policies=[writer],
-            description=f"{plan.name}: the weights import Job writes the model's prefix in the weights bucket",
+            managed_policies=[policy],
+            description=description,
         )
         eks_l1.CfnPodIdentityAssociation(
             self,
-            "WeightsWriterAssociation",
+            f"{id_}Association",
             cluster_name=cluster.cluster.cluster_name,
             namespace=names.namespace(plan),
-            service_account=names.service_account(plan, "weights-writer"),
-            role_arn=self.writer_role.role_arn,
+            service_account=names.service_account(plan, purpose),
+            role_arn=role.role_arn,
         )
-        return writer
+        return role
 
     def _acknowledge_writer(self, plan: Plan, writer: iam.ManagedPolicy) -> None:
         acknowledge(

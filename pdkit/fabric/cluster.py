@@ -112,17 +112,7 @@ class KubeCluster:
 
     def job(self, namespace: str, name: str) -> JobState:
         job = _call(lambda: self.batch.read_namespaced_job_status(name, namespace, _request_timeout=TIMEOUT_SECONDS))
-        status = job.status
-        conditions = (status.conditions if status else None) or []
-        failure = next((f"{c.reason}: {c.message}" for c in conditions if c.type == "Failed" and c.status == "True"), None)
-        complete = any(c.type == "Complete" and c.status == "True" for c in conditions)
-        return JobState(
-            active=(status.active if status else None) or 0,
-            succeeded=(status.succeeded if status else None) or 0,
-            failed=(status.failed if status else None) or 0,
-            finished=complete or failure is not None,
-            failure=failure,
-        )
+        return job_state(job)
 
     def pods(self, namespace: str, job: str) -> list[PodState]:
         listed = _call(
@@ -164,6 +154,21 @@ def _pod_state(p: Any) -> PodState:
         phase=(status.phase if status else None) or "Unknown",
         unschedulable=unschedulable,
         waiting=waiting,
+    )
+
+
+def job_state(job: Any) -> JobState:
+    """A Kubernetes V1Job's status as counts, whether it finished, and why it failed."""
+    status = job.status
+    conditions = (status.conditions if status else None) or []
+    failure = next((f"{c.reason}: {c.message}" for c in conditions if c.type == "Failed" and c.status == "True"), None)
+    complete = any(c.type == "Complete" and c.status == "True" for c in conditions)
+    return JobState(
+        active=(status.active if status else None) or 0,
+        succeeded=(status.succeeded if status else None) or 0,
+        failed=(status.failed if status else None) or 0,
+        finished=complete or failure is not None,
+        failure=failure,
     )
 
 

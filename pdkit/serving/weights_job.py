@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdkit.errors import KitError
-from pdkit.fabric.cluster import JobState, KubeCluster, PodState, _api_error, _call
+from pdkit.fabric.cluster import JobState, KubeCluster, PodState, _api_error, _call, job_state
 from pdkit.plan import Plan
 from pdkit.serving import names
 from pdkit.serving.weights_import import EXIT_NOT_RETRYABLE, PART_BYTES, PARTS_IN_FLIGHT
@@ -193,17 +193,7 @@ class ImportCluster(KubeCluster):
             if err.status == 404:
                 return None
             raise _api_error(err, f"read Job {namespace}/{name}") from None
-        status = job.status
-        conditions = (status.conditions if status else None) or []
-        failure = next((f"{c.reason}: {c.message}" for c in conditions if c.type == "Failed" and c.status == "True"), None)
-        complete = any(c.type == "Complete" and c.status == "True" for c in conditions)
-        return JobState(
-            active=(status.active if status else None) or 0,
-            succeeded=(status.succeeded if status else None) or 0,
-            failed=(status.failed if status else None) or 0,
-            finished=complete or failure is not None,
-            failure=failure,
-        )
+        return job_state(job)
 
     def replace(self, job: Obj, *, sleep: Callable[[float], None] = time.sleep, attempts: int = 30) -> None:
         """Delete a previous Job of that name (its pods with it) and create this one."""
