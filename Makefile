@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 PROFILE ?=
 CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
 
-.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests bootstrap destroy pin-digests diff deploy lock bench clean
+.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests bootstrap destroy pin-digests diff deploy lock lock-images bench clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
@@ -58,8 +58,8 @@ test: $(TEST_TARGETS) ## Everything CI runs: lint, types, tests (synth, assertio
 update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
 	pytest tests/test_snapshots.py --snapshot-update
 
-manifests: setup ## Serving objects of PROFILE as plain YAML in build/serving/ (for kubectl and GitOps)
-	pdkit render --out build/serving $(if $(PROFILE),--profile $(PROFILE))
+manifests: setup ## Serving objects of PROFILE as plain YAML in build/serving/ (REGISTRY=, WEIGHTS_BUCKET= when the profile sets no aws.account)
+	pdkit render --out build/serving $(if $(PROFILE),--profile $(PROFILE)) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(WEIGHTS_BUCKET),--weights-bucket $(WEIGHTS_BUCKET))
 
 bootstrap: setup ## cdk bootstrap of PROFILE's account and region, once (needs AWS credentials)
 	$(CDK) bootstrap
@@ -73,13 +73,20 @@ pin-digests: setup ## Resolve base-image tags in containers/versions.yaml to dig
 diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
 	$(CDK) diff --all
 
-deploy: setup ## cdk deploy every stack of PROFILE (needs AWS credentials; see runbooks/)
-	$(CDK) deploy --all --require-approval broadening
+# Synthesize once, check what would roll GPU nodes inside a Capacity Block against that assembly (pdkit/deploy_check.py),
+# then deploy exactly the checked assembly.
+deploy: setup ## cdk deploy every stack of PROFILE, after `pdkit deploy-check` (needs AWS credentials; see runbooks/)
+	$(CDK) synth --quiet
+	pdkit deploy-check --cdk-out cdk.out $(if $(PROFILE),--profile $(PROFILE))
+	$(CDK) deploy --app cdk.out --all --require-approval broadening
 
 lock: ## Re-resolve pinned Python deps and the CDK CLI lock (needs the package registries)
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe -o requirements.txt requirements.in
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe -o requirements-dev.txt requirements-dev.in
 	npm install --package-lock-only --ignore-scripts --no-audit --no-fund
+
+lock-images: setup ## Re-resolve containers/sglang-efa/requirements.lock, the serving image's hash-locked Python set (needs PyPI)
+	python containers/sglang-efa/lock.py
 
 bench: setup ## Time synth (kit vs a reference app), warm `make test` and `pdkit --help`; prints numbers
 	python benchmarks/bench.py

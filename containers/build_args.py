@@ -5,6 +5,9 @@
     python containers/build_args.py sglang-efa --format json
     python containers/build_args.py sglang-efa --format env # KEY=VALUE lines
     python containers/build_args.py sglang-efa --tag        # content-derived image tag
+    python containers/build_args.py sglang-efa --bases      # COMPONENT REF of each base image
+    python containers/build_args.py sglang-efa --pin cuda_base=sha256:...   # build args with that base digest
+    python containers/build_args.py sglang-efa --paths      # DOCKERFILE CONTEXT
     python containers/build_args.py --list                  # image names
     python containers/build_args.py --check                 # validate versions.yaml + lint Dockerfiles
 
@@ -31,6 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", action="store_true", help="print the content-derived image tag instead")
     parser.add_argument("--list", action="store_true", help="list image names")
     parser.add_argument("--check", action="store_true", help="validate versions.yaml and lint every Dockerfile")
+    parser.add_argument("--bases", action="store_true", help="print COMPONENT REF for each base image of the image")
+    parser.add_argument("--paths", action="store_true", help="print the image's Dockerfile and build context")
+    parser.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="COMPONENT=DIGEST",
+        help="use this digest for a base image (the one containers/build.sh just resolved)",
+    )
     parser.add_argument("--versions", type=Path, default=versions.VERSIONS_FILE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -60,6 +72,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.tag:
         print(versions.image_tag(doc, args.image))
+        return 0
+    if args.paths:
+        spec = doc["images"][args.image]
+        print(spec["dockerfile"], spec["context"])
+        return 0
+    try:
+        for pin in args.pin:
+            versions.pin_base_image(doc, args.image, pin)
+    except versions.VersionsError as exc:
+        print(f"build_args: {exc}", file=sys.stderr)
+        return 1
+    if args.bases:
+        print("\n".join(f"{name} {versions.image_ref(doc['components'][name])}" for name in versions.base_images(doc, args.image)))
         return 0
 
     values = versions.build_args(doc, args.image)

@@ -7,6 +7,7 @@ Run it on a machine that can reach the registries (this kit's CI cannot), review
     python containers/pin_digests.py --refresh     # re-resolve every tag (after bumping a tag)
     python containers/pin_digests.py --dry-run     # print what would change
     python containers/pin_digests.py --method registry   # no Docker: anonymous registry API v2
+    python containers/pin_digests.py --set cuda_base=sha256:...   # the digest a build resolved and printed
 
 Uses `docker buildx imagetools inspect` when Docker is there (it follows your registry logins), else
 the registry HTTP API with an anonymous pull token. The multi-arch index digest is pinned, so the
@@ -133,15 +134,49 @@ def set_digest(text: str, component: str, digest: str) -> str:
     raise KeyError(f"components.{component} has no digest: line")
 
 
+def set_from_build(path: Path, doc: dict[str, Any], pins: list[str], *, dry_run: bool) -> int:
+    """Write COMPONENT=DIGEST pins (as a build resolved them) into versions.yaml; one line per problem, exit 1."""
+    text = path.read_text()
+    for pin in pins:
+        name, _, digest = pin.partition("=")
+        component = doc["components"].get(name)
+        if component is None or component["kind"] != "base-image":
+            bases = [n for n, c in doc["components"].items() if c["kind"] == "base-image"]
+            print(
+                f"pin_digests: --set {pin}: {name!r} is not a base image in versions.yaml (base images: {', '.join(bases)})",
+                file=sys.stderr,
+            )
+            return 1
+        if not versions.DIGEST.match(digest):
+            print(f"pin_digests: --set {pin}: the digest must be sha256:<64 hex>, as the build printed it", file=sys.stderr)
+            return 1
+        print(f"{name}: {component['image']}:{component['tag']} -> {digest}")
+        text = set_digest(text, name, digest)
+    if not dry_run:
+        path.write_text(text)
+        versions.load(path)
+        print(f"pinned {len(pins)} base image(s) in {path}; review the diff and commit")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Pin base images in versions.yaml by digest.")
     parser.add_argument("--refresh", action="store_true", help="re-resolve images that already have a digest")
     parser.add_argument("--dry-run", action="store_true", help="print the changes, write nothing")
     parser.add_argument("--method", choices=["auto", "buildx", "registry"], default="auto")
     parser.add_argument("--versions", type=Path, default=versions.VERSIONS_FILE)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="COMPONENT=DIGEST",
+        help="pin to a digest a build printed (containers/build.sh, CodeBuild's BASE_IMAGE_DIGESTS); no registry access",
+    )
     args = parser.parse_args(argv)
 
     doc = versions.load(args.versions)
+    if args.set:
+        return set_from_build(args.versions, doc, args.set, dry_run=args.dry_run)
     method = args.method
     if method == "auto":
         method = "buildx" if shutil.which("docker") else "registry"

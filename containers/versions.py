@@ -118,6 +118,21 @@ def image_ref(component: Mapping[str, Any]) -> str:
     return ref
 
 
+def base_images(doc: Mapping[str, Any], image: str) -> list[str]:
+    """Names of the base-image components an image is built from."""
+    return [name for name in doc["images"][image]["components"] if doc["components"][name]["kind"] == "base-image"]
+
+
+def pin_base_image(doc: dict[str, Any], image: str, pin: str) -> None:
+    """Apply COMPONENT=sha256:... (a digest a build just resolved) to one of the image's base images, in memory."""
+    name, _, digest = pin.partition("=")
+    _require(name in base_images(doc, image), f"--pin {pin}", f"{image} has no base image {name!r} ({', '.join(base_images(doc, image))})")
+    _require(DIGEST.match(digest) is not None, f"--pin {pin}", "the digest must be sha256:<64 hex>")
+    pinned = doc["components"][name]["digest"]
+    _require(pinned in ("", digest), f"--pin {pin}", f"versions.yaml pins {name} to {pinned}; a build cannot use another digest")
+    doc["components"][name] = {**doc["components"][name], "digest": digest}
+
+
 def component_arg_value(component: Mapping[str, Any], source: str) -> str:
     if source == "ref":
         return image_ref(component)

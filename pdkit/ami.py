@@ -37,9 +37,10 @@ COMPONENTS_DIR = ROOT / "ami" / "components"
 COMPONENTS = ("nvidia-driver", "efa-kernel", "container-limits", "serving-image")
 PARENT_IMAGE_PARAMETER = "/aws/service/eks/optimized-ami/{kubernetes}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
 SERVING_IMAGE = "sglang-efa"
-# The serving image is built on CUDA 13 (containers/versions.yaml), which needs the 580 driver branch; the
-# EKS AL2023 NVIDIA AMI ships 580 for every Kubernetes version.
-NVIDIA_DRIVER_BRANCH = "580"
+# The serving image is built on CUDA 13 (containers/versions.yaml), which needs the R580 driver branch or a newer
+# one (CUDA 13.0 release notes, minimum Linux driver 580.65.06). The EKS AL2023 NVIDIA AMI ships 580 today and will
+# move to a newer branch; the checks accept any branch from this one up.
+NVIDIA_DRIVER_MIN_BRANCH = 580
 MANIFEST = "/etc/pdkit/node-image.env"
 # No GPU is needed to build: the parent loads NVIDIA kmods only when a device is present, and nothing here
 # compiles against one. A general-purpose x86 type is cheaper than a g-family builder, has the AMI's
@@ -80,6 +81,12 @@ def candidate_parameter(deployment: str) -> str:
     return f"{image_parameter(deployment)}-candidate"
 
 
+def driver_branch_ok(version: str) -> bool:
+    """A driver version (580.95.05) is on the minimum branch or a newer one."""
+    branch = version.split(".", 1)[0]
+    return branch.isdigit() and int(branch) >= NVIDIA_DRIVER_MIN_BRANCH
+
+
 def component_path(name: str) -> Path:
     return COMPONENTS_DIR / f"{name}.yaml"
 
@@ -104,7 +111,7 @@ def component_parameters(plan: Plan, *, registry: str) -> dict[str, dict[str, st
     `registry` is <account>.dkr.ecr.<region>.amazonaws.com; in a stack it is a token resolved at deploy.
     """
     every = {
-        "DriverBranch": NVIDIA_DRIVER_BRANCH,
+        "MinimumDriverBranch": str(NVIDIA_DRIVER_MIN_BRANCH),
         "ImageUri": plan.images[SERVING_IMAGE].uri(registry),
         "Manifest": MANIFEST,
     }

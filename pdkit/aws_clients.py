@@ -1,26 +1,126 @@
-"""boto3 clients for one command, made in one place.
+"""boto3 clients for one command, made in one place, with timeouts and retries the operator can wait for.
 
 Clients are created on first use inside a handler, so `pdkit --help` never imports boto3. boto3
-itself applies the credential chain (--aws-profile, AWS_PROFILE, SSO, ...), retries and
-`AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>`; nothing here overrides them, so the CLI works
-against any endpoint the operator configures
-(https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html).
-Tests replace `make_client` with Stubber-wrapped clients.
+itself applies the credential chain (--aws-profile, AWS_PROFILE, SSO, ...) and `AWS_ENDPOINT_URL` /
+`AWS_ENDPOINT_URL_<SERVICE>`; nothing here overrides them, so the CLI works against any endpoint
+the operator configures (https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html).
+
+Timeouts and attempts are set here, not left to botocore's defaults (60 s connect, 60 s read, 3
+attempts in standard mode): a read command gives up within `READS.worst_case` seconds, and a
+purchase is sent exactly once (`PURCHASE`). An explicit client `Config(retries=...)` takes
+precedence over AWS_MAX_ATTEMPTS and the config file's max_attempts (botocore
+args.ClientArgsCreator._compute_retry_max_attempts), so an operator setting cannot turn purchase
+retries back on. Tests replace `make_client` with Stubber-wrapped clients.
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 from pdkit.plan import Plan
 
+# A call that has not answered after this many seconds gets a "waiting for ..." line on stderr.
+WAIT_NOTICE_AFTER = 2.0
 
-def make_client(service: str, *, aws_profile: str | None, region: str) -> Any:
-    """A boto3 client for `service` ("ec2", "eks", "sts", "service-quotas"), with credentials resolved afresh."""
+
+@dataclass(frozen=True)
+class Patience:
+    """How long one API call may take: connect and read timeouts per attempt, and total attempts."""
+
+    connect: float
+    read: float
+    attempts: int
+
+    @property
+    def worst_case(self) -> float:
+        """Seconds before the call gives up on an endpoint that never answers (backoff for timeouts is
+        rand * 0.05 * 2**i s in standard mode, botocore retries/standard.py, so it is left out)."""
+        return self.attempts * (self.connect + self.read)
+
+    def config(self) -> Any:
+        from botocore.config import Config
+
+        # total_max_attempts counts the first request: 1 means "never retried"
+        # (https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html, `retries`).
+        # The mode is pinned so the count means the same whatever AWS_RETRY_MODE says.
+        return Config(
+            connect_timeout=self.connect,
+            read_timeout=self.read,
+            retries={"mode": "standard", "total_max_attempts": self.attempts},
+        )
+
+
+# Describe/list calls answer in well under a second; 3 x (5 + 12) s keeps the give-up under 60 s.
+READS = Patience(connect=5, read=12, attempts=3)
+# PurchaseCapacityBlock(Extension) takes no idempotency token: a retry after a lost answer can buy
+# twice, so the call is sent once and an unclear answer is checked by a lookup, never by resending.
+PURCHASE = Patience(connect=10, read=60, attempts=1)
+
+
+def make_client(service: str, *, aws_profile: str | None, region: str, patience: Patience | None = None) -> Any:
+    """A boto3 client for `service` ("ec2", "eks", "sts", "service-quotas"), with credentials resolved afresh.
+    `patience` defaults to READS (looked up at call time, so tests can shorten it)."""
     from pdkit.context import aws_session
 
-    return aws_session(aws_profile=aws_profile, region=region).client(service)
+    patience = patience or READS
+
+    client = aws_session(aws_profile=aws_profile, region=region).client(service, config=patience.config())
+    WaitNotice(client, patience).attach()
+    return client
+
+
+class WaitNotice:
+    """Says on stderr which call the command is waiting for once it takes longer than WAIT_NOTICE_AFTER.
+
+    Hooks botocore's per-call events (before-call, after-call, after-call-error), so every API call
+    of the client is covered, retries included, and nothing is printed for calls that answer fast.
+    """
+
+    def __init__(self, client: Any, patience: Patience) -> None:
+        self.client = client
+        self.patience = patience
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._shown: Any = None
+
+    def attach(self) -> None:
+        events = self.client.meta.events
+        events.register("before-call", self._start, unique_id=f"pdkit-wait-start-{id(self)}")
+        events.register("after-call", self._stop, unique_id=f"pdkit-wait-stop-{id(self)}")
+        events.register("after-call-error", self._stop, unique_id=f"pdkit-wait-error-{id(self)}")
+
+    def _start(self, model: Any = None, **_: Any) -> None:
+        self._stop()
+        operation = getattr(model, "name", "the call")
+        timer = threading.Timer(WAIT_NOTICE_AFTER, self._show, args=(operation,))
+        timer.daemon = True
+        with self._lock:
+            self._timer = timer
+        timer.start()
+
+    def _show(self, operation: str) -> None:
+        from pdkit import console
+
+        attempts = "once, no retries" if self.patience.attempts == 1 else f"{self.patience.attempts} attempts"
+        text = (
+            f"Waiting for {operation} at {self.client.meta.endpoint_url} (gives up after {self.patience.worst_case:.0f} s; {attempts})..."
+        )
+        with self._lock:
+            if self._timer is None:
+                return
+            self._shown = console.waiting(text)
+
+    def _stop(self, **_: Any) -> None:
+        with self._lock:
+            timer, shown = self._timer, self._shown
+            self._timer = self._shown = None
+        if timer is not None:
+            timer.cancel()
+        if shown is not None:
+            shown.stop()
 
 
 class Aws:
@@ -30,6 +130,7 @@ class Aws:
         self.aws_profile = aws_profile
         self.region = region
         self._clients: dict[str, Any] = {}
+        self._purchase_ec2: Any = None
 
     @classmethod
     def for_args(cls, args: argparse.Namespace, plan: Plan) -> Aws:
@@ -44,6 +145,13 @@ class Aws:
     @property
     def ec2(self) -> Any:
         return self.client("ec2")
+
+    @property
+    def purchase_ec2(self) -> Any:
+        """The EC2 client for PurchaseCapacityBlock(Extension) only: one attempt, never retried."""
+        if self._purchase_ec2 is None:
+            self._purchase_ec2 = make_client("ec2", aws_profile=self.aws_profile, region=self.region, patience=PURCHASE)
+        return self._purchase_ec2
 
     @property
     def eks(self) -> Any:

@@ -6,6 +6,7 @@ assertions in tests) propagates, so a bug is never disguised as an operator erro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -44,6 +45,12 @@ _SERVICE_OF = {
     "UpdateNodegroupConfig": "eks",
     "DescribeUpdate": "eks",
     "DescribeAddonVersions": "eks",
+    "GetTemplate": "cloudformation",
+    "DescribeStacks": "cloudformation",
+    "GetParameter": "ssm",
+    "GetAccountSettings": "lambda",
+    "ListFunctions": "lambda",
+    "GetFunctionConcurrency": "lambda",
 }
 
 
@@ -71,14 +78,8 @@ def explain(err: BaseException, *, region: str) -> KitError | None:
 
     if isinstance(err, bx.ClientError):
         return _client_error(err, region=region)
-    if isinstance(err, bx.EndpointConnectionError):
-        url = getattr(err, "kwargs", {}).get("endpoint_url", "the AWS endpoint")
-        return KitError(
-            f"cannot reach {url}: the region {region!r} may not exist or not offer this service, or the network, proxy or "
-            f"AWS_ENDPOINT_URL* setting is wrong. Fix: check --region / aws.region (`aws ec2 describe-regions`) and your network"
-        )
-    if isinstance(err, bx.ConnectTimeoutError | bx.ReadTimeoutError):
-        return KitError(f"AWS did not answer in time ({err}). Fix: check the network or proxy, then run the command again")
+    if isinstance(err, bx.EndpointConnectionError | bx.ConnectTimeoutError | bx.ReadTimeoutError | bx.ConnectionClosedError):
+        return _unreachable(err, region=region)
     if isinstance(err, bx.UnauthorizedSSOTokenError | bx.SSOTokenLoadError | bx.TokenRetrievalError | bx.SSOError):
         return KitError(
             "your AWS SSO session has expired or was never started. Fix: `aws sso login --profile NAME`, then pass --aws-profile NAME"
@@ -94,6 +95,46 @@ def explain(err: BaseException, *, region: str) -> KitError | None:
     return None
 
 
+def endpoint_override(url: str | None = None) -> str | None:
+    """The AWS_ENDPOINT_URL* variable that points the SDK away from AWS (the one whose value is `url` first), or None.
+
+    https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html: AWS_ENDPOINT_URL_<SERVICE>
+    overrides AWS_ENDPOINT_URL; AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true turns both off.
+    """
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
+        return None
+    names = sorted((k for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL") and v.strip()), key=len, reverse=True)
+    wanted = (url or "").rstrip("/")
+    return next((k for k in names if wanted and os.environ[k].strip().rstrip("/") == wanted), names[0] if names else None)
+
+
+def _unreachable(err: Any, *, region: str) -> KitError:
+    """No answer from the endpoint: refused, timed out, or the connection dropped. The override is the first suspect."""
+    from botocore import exceptions as bx
+
+    url = str(getattr(err, "kwargs", {}).get("endpoint_url") or "the AWS endpoint")
+    if isinstance(err, bx.ReadTimeoutError):
+        what = f"{url} accepted the connection but did not answer in time"
+    elif isinstance(err, bx.ConnectTimeoutError):
+        what = f"{url} did not accept a connection in time"
+    elif isinstance(err, bx.ConnectionClosedError):
+        what = f"{url} closed the connection without an answer"
+    else:
+        what = f"cannot reach {url}"
+    override = endpoint_override(url)
+    if override:
+        return KitError(
+            f"{what} (the endpoint comes from {override}={os.environ[override].strip()}, not AWS). "
+            f"Fix: start or repair that endpoint, or unset {override} to use AWS in {region}"
+        )
+    if isinstance(err, bx.EndpointConnectionError):
+        return KitError(
+            f"{what}: the region {region!r} may not exist or not offer this service, or the network or proxy is wrong. "
+            "Fix: check --region / aws.region (`aws ec2 describe-regions`) and your network"
+        )
+    return KitError(f"{what}. Fix: check the network or proxy (HTTPS_PROXY), then run the command again")
+
+
 def _client_error(err: Any, *, region: str) -> KitError:
     code = error_code(err) or "Unknown"
     message = str(err.response.get("Error", {}).get("Message", "")).strip()
@@ -106,8 +147,11 @@ def _client_error(err: Any, *, region: str) -> KitError:
         )
     if code in DENIED:
         decode = " (decode details with `aws sts decode-authorization-message --encoded-message ...`)" if "Encoded" in message else ""
+        # The kit tags each purchase on create, which EC2 also authorizes as ec2:CreateTags
+        # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html).
+        also = " and ec2:CreateTags (the purchase is tagged on create)" if action == "ec2:PurchaseCapacityBlock" else ""
         return KitError(
-            f"your AWS identity is not allowed to call {action} in {region}{decode}. Fix: add {action} to your IAM role or policy, "
+            f"your AWS identity is not allowed to call {action} in {region}{decode}. Fix: add {action}{also} to your IAM role or policy, "
             "or use credentials that have it (--aws-profile)"
         )
     if code in THROTTLED:

@@ -194,7 +194,11 @@ def describe_reservation(ec2: Any, reservation_id: str) -> Reservation:
     found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id]).get("CapacityReservations", [])
     if not found:
         raise KitError(f"EC2 returned nothing for {reservation_id}. Fix: check capacity.reservation_id, --region and --aws-profile")
-    raw = found[0]
+    return reservation_from(found[0])
+
+
+def reservation_from(raw: dict[str, Any]) -> Reservation:
+    """A Reservation from one item of DescribeCapacityReservations (or PurchaseCapacityBlock's reply)."""
     return Reservation(
         id=raw["CapacityReservationId"],
         state=raw.get("State", "unknown"),

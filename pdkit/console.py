@@ -68,6 +68,22 @@ def progress() -> Progress:
     )
 
 
+class _Said:
+    def stop(self) -> None:
+        return None
+
+
+def waiting(text: str) -> Any:
+    """Show that a call is still waiting: a spinner on a terminal, else one line on stderr. Returns a thing to `.stop()`."""
+    console = out(stderr=True)
+    if console.is_terminal:
+        status = console.status(text)
+        status.start()
+        return status
+    console.print(text, markup=False, soft_wrap=True)
+    return _Said()
+
+
 def interactive() -> bool:
     """True when a person can answer a prompt (stdin and stdout are terminals)."""
     return sys.stdin.isatty() and sys.stdout.isatty()

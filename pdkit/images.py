@@ -2,7 +2,8 @@
 
 containers/versions.py owns that file's format and the tag rule (a hash of the build args, the Dockerfile
 and every file its build context admits, so an immutable registry never sees the same tag twice); the plan
-asks it rather than repeating the rule.
+asks it rather than repeating the rule. The serving image's hash-locked Python set
+(containers/sglang-efa/requirements.lock) is in its build context, so re-locking it gives a new tag.
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from pdkit.plan import Plan, RolePlan
+from pdkit.plan import ROOT_VOLUME_INITIALIZATION_MIBPS, Plan, RolePlan
 
 
 def as_json(plan: Plan) -> str:
     return json.dumps(plan.to_dict(), indent=2, sort_keys=True)
 
 
-def as_text(plan: Plan) -> str:
+def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity offerings` when you are ready to buy a block)") -> str:
     it, m, est = plan.instance, plan.model, plan.estimates
     reservation = (
         f"{plan.reservation_id} (placeholder: synth only, the deploy guard refuses it)"
@@ -37,6 +37,7 @@ def as_text(plan: Plan) -> str:
         "",
         "  Estimates (assumptions in pdkit/plan.py):",
         f"    weights staging S3 -> NVMe  ~{est.staging_minutes:g} min per node, load ~{est.load_minutes:g} min, start-up probe budget {est.startup_budget_minutes:g} min",
+        _image_line(plan),
     ]
     if est.gpu_cost_per_hour_usd is not None:
         lines.append(
@@ -50,8 +51,17 @@ def as_text(plan: Plan) -> str:
             "  Warning: cluster.admin_principal_arns is empty. The cluster grants no one admin (creator admin is off on purpose),",
             "  so kubectl and `pdkit status` will be refused. Add your role ARN, e.g. arn:aws:iam::<account>:role/<your-role>.",
         ]
-    lines += ["", "Next: make synth   (then `pdkit capacity offerings` when you are ready to buy a block)"]
+    lines += ["", f"Next: {next_step}"]
     return "\n".join(lines)
+
+
+def _image_line(plan: Plan) -> str:
+    minutes = plan.estimates.image_ready_minutes
+    return (
+        f"    serving image on a new node  ~{minutes['eks-optimized']:g} min pulled from ECR (eks-optimized), "
+        f"~{minutes['custom']:g} min pre-pulled in the custom AMI (root restored at {ROOT_VOLUME_INITIALIZATION_MIBPS} MiB/s); "
+        f"this profile: {plan.profile.ami.source}"
+    )
 
 
 def _role_table(plan: Plan) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
-from pdkit import capacity
+from pdkit import ami, capacity
 from pdkit.aws_clients import Aws
 from pdkit.aws_errors import CREDENTIALS, RESERVATION_UNKNOWN, THROTTLED, error_code, iam_action, is_denied
 from pdkit.capacity import Reservation
@@ -32,6 +32,12 @@ ADDON_PINS = Path(__file__).parent / "data" / "addons.yaml"
 # Service Quotas code of "Running On-Demand P instances" (vCPUs) in EC2. The EC2 docs do not say
 # whether instances in a Capacity Block count against it, so a shortfall is a WARN, not a FAIL.
 P_INSTANCE_VCPU_QUOTA = "L-417A185B"
+# Lambda "Concurrent executions". Lambda refuses a reservation that leaves fewer than 100 executions
+# unreserved, or fewer than the whole quota below 100: a new account's quota of 10 allows none
+# (https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html; PutFunctionConcurrency
+# answers "decreases account's UnreservedConcurrentExecution below its minimum value of [10]").
+LAMBDA_CONCURRENCY_QUOTA = "L-B99A9384"
+LAMBDA_MIN_UNRESERVED = 100
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,9 @@ class Preflight:
             self._guarded("Interconnect", lambda: self._interconnect(reservation))
             self._guarded("Reservation topology", lambda: self._topology(reservation))
         self._guarded("GPU vCPU quota", self._quota, denied="WARN")
+        self._guarded("Lambda concurrency", self._lambda_concurrency)
         self._guarded("EKS add-ons", self._addons)
+        self._guarded("GPU node image", self._node_image)
         self._guarded("EKS cluster", self._cluster)
         return self.checks
 
@@ -276,6 +284,45 @@ class Preflight:
                 f"--quota-code {P_INSTANCE_VCPU_QUOTA} --desired-value {need} --region {self.aws.region}`",
             )
 
+    def _lambda_concurrency(self) -> None:
+        """Room in the account's Lambda quota for the profile's opt-in reserved concurrency (none by default)."""
+        wanted = self.plan.function_concurrency
+        lam = self.aws.client("lambda")
+        limit = lam.get_account_settings()["AccountLimit"]
+        quota = int(limit["ConcurrentExecutions"])
+        unreserved = int(limit.get("UnreservedConcurrentExecutions", quota))
+        if not wanted.total:
+            self._add(
+                "Lambda concurrency", "PASS", f"nothing reserved; the kit's functions share {unreserved} of {quota} concurrent executions"
+            )
+            return
+        minimum = min(LAMBDA_MIN_UNRESERVED, quota)
+        held = self._kit_reservations(lam)  # a redeploy gives these back before it reserves again
+        left = unreserved + held - wanted.total
+        asked = f"{wanted.per_function} for each of {len(wanted.functions)} functions ({wanted.total})"
+        if left >= minimum:
+            self._add("Lambda concurrency", "PASS", f"reserving {asked} leaves {left} of {quota} unreserved (Lambda keeps {minimum})")
+            return
+        raised = quota + LAMBDA_MIN_UNRESERVED - left  # above 100 the floor is 100
+        self._add(
+            "Lambda concurrency",
+            "FAIL",
+            f"reserving {asked} would leave {left} of {quota} unreserved; Lambda refuses below {minimum}, so the deploy would fail",
+            f"remove cluster.lambda_reserved_concurrency from {self.plan.profile_path}, or raise the quota: "
+            f"`aws service-quotas request-service-quota-increase --service-code lambda --quota-code {LAMBDA_CONCURRENCY_QUOTA} "
+            f"--desired-value {raised} --region {self.aws.region}`",
+        )
+
+    def _kit_reservations(self, lam: Any) -> int:
+        """Concurrency the kit's deployed functions already reserve (their descriptions start with the deployment name)."""
+        prefix = f"{self.plan.name}: "
+        held = 0
+        for page in lam.get_paginator("list_functions").paginate():
+            for fn in page.get("Functions", []):
+                if fn.get("Description", "").startswith(prefix):
+                    held += int(lam.get_function_concurrency(FunctionName=fn["FunctionName"]).get("ReservedConcurrentExecutions", 0))
+        return held
+
     def _addons(self) -> None:
         try:
             pins = pinned_addons(self.addon_pins)
@@ -312,6 +359,52 @@ class Preflight:
                 f"pin {name}: {default} in pdkit/data/addons.yaml"
                 if default
                 else "check the add-on name: `aws eks describe-addon-versions`",
+            )
+
+    def _node_image(self) -> None:
+        """The SSM parameter the GPU node groups' image comes from exists here and names an available AMI."""
+        plan, name = self.plan, "GPU node image"
+        custom = plan.profile.ami.source == "custom"
+        parameter = ami.image_parameter(plan.name) if custom else ami.parent_image_parameter(plan.kubernetes_version)
+        try:
+            image_id = self.aws.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]
+        except Exception as err:
+            if error_code(err) != "ParameterNotFound":
+                raise
+            if custom:
+                self._add(
+                    name,
+                    "FAIL",
+                    f"ami.source is custom but {parameter} does not exist in {self.aws.region}: no image was promoted",
+                    "build and promote one (runbooks/05-node-image.md, steps 1-3), or set ami.source: eks-optimized",
+                )
+            else:
+                self._add(
+                    name,
+                    "FAIL",
+                    f"EKS publishes no AL2023 NVIDIA AMI for Kubernetes {plan.kubernetes_version} in {self.aws.region} ({parameter})",
+                    "use a region and cluster.kubernetes_version that EKS publishes the NVIDIA AMI for",
+                )
+            return
+        if not custom:
+            self._add(name, "PASS", f"EKS AL2023 NVIDIA AMI for Kubernetes {plan.kubernetes_version}: {image_id}")
+            return
+        try:
+            images = self.aws.ec2.describe_images(ImageIds=[image_id])["Images"]
+        except Exception as err:
+            # A deregistered AMI answers InvalidAMIID.NotFound (or .Unavailable) instead of an empty list.
+            if not str(error_code(err)).startswith("InvalidAMIID."):
+                raise
+            images = []
+        state = images[0].get("State", "?") if images else "gone"
+        if state == "available":
+            self._add(name, "PASS", f"{parameter} = {image_id} ({images[0].get('Name', '?')}), available")
+        else:
+            self._add(
+                name,
+                "FAIL",
+                f"{parameter} = {image_id}, which is {state} in {self.aws.region}",
+                "promote an available image (runbooks/05-node-image.md, step 3, or step 5 to roll back)",
             )
 
     def _cluster(self) -> None:

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pdkit.errors import short
+
 PLACEHOLDER_RESERVATION = "cr-00000000000000000"
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 # CloudWatch Logs accepts only these retention periods (days).
@@ -84,7 +86,8 @@ class Capacity(_Section):
 class Network(_Section):
     vpc_cidr: IPv4Network = IPv4Network("10.0.0.0/16")
     nat_gateways: int = Field(default=1, ge=1, description="NAT gateways for the public registries; 1 per AZ for HA.")
-    flow_log_retention_days: int = 90
+    # One year: AWS Control Tower (CT.CLOUDWATCH.PR.2) rejects log groups kept for less.
+    flow_log_retention_days: int = 365
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -109,21 +112,37 @@ class Cluster(_Section):
     endpoint_access: Literal["private", "public_and_private"] = "private"
     public_access_cidrs: tuple[IPv4Network, ...] = ()
     admin_principal_arns: tuple[str, ...] = ()
-    log_retention_days: int = 90
+    # One year: AWS Control Tower (CT.CLOUDWATCH.PR.2) rejects log groups kept for less.
+    log_retention_days: int = 365
     system_nodes: SystemNodes = SystemNodes()
+    lambda_reserved_concurrency: int | None = Field(
+        default=None,
+        description="Opt-in: concurrent executions reserved for each of the kit's block-time Lambda functions; "
+        "needs room in the account's Lambda quota (`pdkit preflight` row 'Lambda concurrency').",
+    )
 
     @field_validator("admin_principal_arns")
     @classmethod
     def _arns(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for arn in v:
             if not re.fullmatch(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", arn):
-                raise FieldFix(f"{arn!r} is not an IAM role or user ARN", "use arn:aws:iam::<account>:role/<name>")
+                raise FieldFix(f"{short(arn)} is not an IAM role or user ARN", "use arn:aws:iam::<account>:role/<name>")
         return v
 
     @field_validator("log_retention_days")
     @classmethod
     def _retention(cls, v: int) -> int:
         return _retention_days(v)
+
+    @field_validator("lambda_reserved_concurrency")
+    @classmethod
+    def _reserved(cls, v: int | None) -> int | None:
+        # Reserved concurrency 0 is Lambda's throttle: no invocation runs at all.
+        if v is not None and v < 1:
+            raise FieldFix(
+                "0 or less stops every invocation of the kit's functions", "remove the field to reserve nothing, or use 1 or more"
+            )
+        return v
 
 
 class Mtp(_Section):
@@ -190,7 +209,7 @@ class ModelRef(_Section):
     def _token_secret(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+-[A-Za-z0-9]{6}", v):
             raise FieldFix(
-                f"{v!r} is not the full ARN of a Secrets Manager secret",
+                f"{short(v)} is not the full ARN of a Secrets Manager secret",
                 "use the ARN that `aws secretsmanager describe-secret --secret-id NAME --query ARN` prints (it ends in -XXXXXX)",
             )
         return v

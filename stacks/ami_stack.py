@@ -109,7 +109,7 @@ class AmiStack(cdk.Stack):
                         "AmiTags": {
                             "pdkit:deployment": plan.name,
                             "pdkit:kubernetes-version": plan.kubernetes_version,
-                            "pdkit:nvidia-driver-branch": ami.NVIDIA_DRIVER_BRANCH,
+                            "pdkit:nvidia-driver-min-branch": str(ami.NVIDIA_DRIVER_MIN_BRANCH),
                             "pdkit:serving-image": f"{serving.repository}:{serving.tag}",
                         },
                     },

@@ -15,7 +15,6 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -63,6 +62,7 @@ class BlockLifecycle(Construct):
                 **drain.drain_plan(plan).lifecycle_environment(),
             },
             timeout_minutes=TIMEOUT_MINUTES,
+            reserved_concurrency=plan.function_concurrency.per_function,
         )
         # Kubernetes identity: a group only, no EKS access policy; the serving objects' Role says what it may do.
         self.access_entry = eks_l1.CfnAccessEntry(
@@ -101,22 +101,24 @@ class BlockLifecycle(Construct):
                 },
             },
         )
-        self.events = events.Rule(
+        self.events = self.function.rule(
             self,
             "BlockEvents",
+            rule_name=f"{plan.name}-block-events",
             description=f"{plan.reservation_id}: delivered and expiration-warning events",
             event_pattern=events.EventPattern(
                 source=["aws.ec2"],
                 detail_type=[*reservation.DELIVERED, *reservation.EXPIRING],
                 detail={"capacity-reservation-id": [plan.reservation_id]},
             ),
-            targets=[targets.LambdaFunction(self.function.function, dead_letter_queue=self.function.dead_letters, retry_attempts=4)],
+            retry_attempts=4,
         )
-        self.clock = events.Rule(
+        self.clock = self.function.rule(
             self,
             "DrainCheck",
+            rule_name=f"{plan.name}-drain-check",
             description=f"every {CHECK_EVERY.to_minutes()} min: drain GPU nodes {plan.drain_lead_minutes} min before the block ends",
             schedule=events.Schedule.rate(CHECK_EVERY),
-            targets=[targets.LambdaFunction(self.function.function, dead_letter_queue=self.function.dead_letters, retry_attempts=2)],
+            retry_attempts=2,
         )
         cdk.CfnOutput(scope, "NotificationsTopic", value=self.topic.topic_arn)

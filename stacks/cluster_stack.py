@@ -12,6 +12,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
@@ -21,7 +22,7 @@ from stacks.access_host import AccessHost
 from stacks.eks_addons import ClusterCharts, ManagedAddons
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.network_stack import NetworkStack
-from stacks.node_launch_template import metadata_options, root_volume
+from stacks.node_launch_template import detailed_monitoring, metadata_options, root_volume
 from stacks.observability_addon import ContainerInsightsAddon
 from stacks.policy import acknowledge
 
@@ -88,6 +89,7 @@ class ClusterStack(cdk.Stack):
             ),
         )
         self.cluster.node.add_dependency(control_plane_logs)
+        self._encrypt_kubectl_provider_logs()
         for i, arn in enumerate(c.admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{i}",
@@ -104,6 +106,8 @@ class ClusterStack(cdk.Stack):
         self.system_nodes.node.add_dependency(self.addons.addons["vpc-cni"])
         # Standalone rather than Cluster(alb_controller=...): as a cluster option CDK makes it depend on every
         # node group, including the GPU ones in the capacity stack, which would be a cross-stack cycle.
+        # It installs its chart with `wait` (aws-cdk-lib aws-eks-v2 alb-controller.ts): its `mservice.elbv2.k8s.aws`
+        # webhook (failurePolicy Fail) sees every Service the serving stack applies.
         self.load_balancer_controller = eks.AlbController(
             self,
             "LoadBalancerController",
@@ -138,13 +142,22 @@ class ClusterStack(cdk.Stack):
     def availability_zones(self) -> list[str]:
         return self._zones
 
+    def _encrypt_kubectl_provider_logs(self) -> None:
+        """aws_eks_v2 creates the kubectl provider's log groups without a key and offers no option for one; AWS
+        Control Tower (CT.CLOUDWATCH.PR.3) rejects unencrypted log groups, so they get the cluster's logs key."""
+        provider = self.cluster.node.find_child("KubectlProvider")
+        groups = [c for c in provider.node.find_all() if isinstance(c, logs.CfnLogGroup)]
+        assert groups, "aws_eks_v2 no longer creates the kubectl provider's log groups here: revisit this escape hatch"
+        for group in groups:
+            group.kms_key_id = self.logs_key.key_arn
+
     def _system_nodes(self, plan: Plan) -> eks.Nodegroup:
         nodes = plan.profile.cluster.system_nodes
         template = ec2.CfnLaunchTemplate(
             self,
             "SystemNodeTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                metadata_options=metadata_options(), block_device_mappings=[root_volume(50)]
+                metadata_options=metadata_options(), monitoring=detailed_monitoring(), block_device_mappings=[root_volume(50)]
             ),
         )
         return eks.Nodegroup(
@@ -183,7 +196,6 @@ class ClusterStack(cdk.Stack):
                 "NIST.800.53.R5-LambdaConcurrency": cdk_provider,
                 "NIST.800.53.R5-LambdaDLQ": cdk_provider
                 + "; it is invoked synchronously by CloudFormation, so a dead-letter queue would never receive anything",
-                "NIST.800.53.R5-CloudWatchLogGroupEncrypted": cdk_provider + "; its logs hold deploy-time Helm output, no secrets",
             },
         )
         acknowledge(

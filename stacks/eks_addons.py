@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -16,6 +17,17 @@ GPU_TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "CriticalAddonsOnly", "operator": "Exists"},
 ]
+
+# Charts whose CRDs or admission webhooks a later stack's apply goes through: Helm must wait for their pods to
+# be Ready (`helm upgrade --wait`) before CloudFormation moves on, or the serving stack's LeaderWorkerSets hit
+# a webhook with no endpoints. The device plugins serve nothing at apply time (their DaemonSets run on GPU
+# nodes, which arrive later), so they do not hold the deploy. LWS reports Ready once its manager runs
+# (kubernetes-sigs/lws cmd/main.go: readyz is healthz.Ping), seconds before its cert rotator has the webhooks
+# serving; the serving stack's own resources (bucket, key, roles) are created first and cover that gap.
+WAIT_FOR_READY = {"lws": "the LeaderWorkerSet CRD and the mutating/validating webhooks every LeaderWorkerSet and its pods pass"}
+# aws_eks_v2 caps a chart's timeout at 15 minutes, the kubectl provider Lambda's own limit, and the same
+# Lambda also pulls and installs the chart: 10 minutes of waiting leaves it room to report a failure itself.
+CHART_WAIT_TIMEOUT = cdk.Duration.minutes(10)
 
 
 class ManagedAddons(Construct):
@@ -73,6 +85,8 @@ class ClusterCharts(Construct):
                 create_namespace=chart.namespace != "kube-system",
                 release=name,
                 values=values[name],
+                wait=name in WAIT_FOR_READY,
+                timeout=CHART_WAIT_TIMEOUT if name in WAIT_FOR_READY else None,
             )
             for name, chart in charts.items()
         }

@@ -27,6 +27,7 @@ from stacks.policy import acknowledge
 
 KEEP_IMAGES = 10
 YAML_PIN = "pyyaml==6.0.3"  # containers/build_args.py needs PyYAML on the build host
+BASE_DIGESTS = "base-digests.txt"  # component=sha256:... of every base image a build resolved
 
 
 class ImagesStack(cdk.Stack):
@@ -106,6 +107,9 @@ class ImagesStack(cdk.Stack):
         )
         for repository in self.repositories.values():
             repository.grant_pull_push(self.project)
+            # The buildspec asks whether the planned tag exists before building (describe-images): pushing
+            # an existing tag to an IMMUTABLE repository fails, so a rebuild must be skipped, not attempted.
+            repository.grant(self.project, "ecr:DescribeImages")
         source.grant_read(self.project)
 
         starter = KitFunction(
@@ -171,25 +175,35 @@ class ImagesStack(cdk.Stack):
 
 
 def _build_spec(plan: Plan, registry: str) -> dict[str, Any]:
-    # The build context is the source root (the repository layout), as for local builds and as
-    # containers/versions.yaml says; each Dockerfile.dockerignore narrows it to what that Dockerfile copies.
-    context = "."
+    """Skip a tag that exists, else build, import-test and push it with containers/build.sh (as a local build does).
+
+    describe-images answers ImageNotFoundException for a missing tag; any other error (a missing grant,
+    a missing repository, throttling) fails the build instead of being taken for "missing" and rebuilt:
+    https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DescribeImages.html
+    Each built image's base-image digests go to base-digests.txt and into the exported variable
+    BASE_IMAGE_DIGESTS (`aws codebuild batch-get-builds` shows it), ready for containers/pin_digests.py --set.
+    No `docker buildx create`: its docker-container driver pulls moby/buildkit from Docker Hub (anonymous
+    pull limits); Docker's own builder loads the image, so build.sh can `docker run` it before the push.
+    """
     steps = []
     for image in plan.images.values():
         if not image.build:
             continue
         ref = f"$REGISTRY/{image.repository}:{image.tag}"
         steps.append(
-            f"if aws ecr describe-images --repository-name {image.repository} --image-ids imageTag={image.tag} >/dev/null 2>&1; "
+            f"if found=$(aws ecr describe-images --repository-name {image.repository} --image-ids imageTag={image.tag} 2>&1); "
             f'then echo "{ref} exists, skipping"; '
-            f"else docker buildx build --platform linux/amd64 --progress plain --push -t {ref} "
-            f"$(python3 containers/build_args.py {image.name}) -f containers/{image.name}/Dockerfile {context}; fi"
+            f'elif echo "$found" | grep -q ImageNotFoundException; '
+            f"then bash containers/build.sh {image.name} {ref} --push --record {BASE_DIGESTS}; "
+            f'else echo "aws ecr describe-images {image.repository}:{image.tag} failed: $found" >&2; false; fi'
         )
     return {
         "version": "0.2",
+        "env": {"exported-variables": ["BASE_IMAGE_DIGESTS"]},
         "phases": {
-            "install": {"commands": [f"pip3 install --quiet {YAML_PIN}", "docker buildx create --use"]},
+            "install": {"commands": [f"pip3 install --quiet {YAML_PIN}"]},
             "pre_build": {"commands": ["aws ecr get-login-password | docker login --username AWS --password-stdin $REGISTRY"]},
             "build": {"commands": steps},
+            "post_build": {"commands": [f'export BASE_IMAGE_DIGESTS="$(sort -u {BASE_DIGESTS} 2>/dev/null | paste -sd " " -)"']},
         },
     }

@@ -9,6 +9,7 @@ from stacks.ami_stack import AmiStack
 from stacks.capacity_stack import CapacityStack
 from stacks.cluster_stack import ClusterStack
 from stacks.images_stack import ImagesStack
+from stacks.key_policy import GrantsOnlyForAwsResources
 from stacks.network_stack import NetworkStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.policy import attach
@@ -18,6 +19,7 @@ from stacks.serving_stack import ServingStack
 def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str, cdk.Stack]:
     env = cdk.Environment(account=plan.account, region=plan.region)
     cdk.Tags.of(app).add("pdkit:deployment", plan.name)
+    cdk.Aspects.of(app).add(GrantsOnlyForAwsResources())
     network = NetworkStack(app, plan.stack_names["network"], plan=plan, env=env, description=f"{plan.name}: VPC, NAT, endpoints, flow logs")
     cluster = ClusterStack(
         app,

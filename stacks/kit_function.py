@@ -1,10 +1,19 @@
 """A Python Lambda function with the kit's defaults: in the VPC, encrypted logs with retention,
-a dead-letter queue for asynchronous invocations, one concurrent execution, explicit IAM."""
+a dead-letter queue for asynchronous invocations and for its EventBridge rules, explicit IAM.
+
+No reserved concurrency unless the profile opts in (cluster.lambda_reserved_concurrency): Lambda
+refuses any reservation that leaves fewer than its minimum unreserved (100, or the whole quota of
+an account below 100, such as a new account's 10), so a default reservation fails the first deploy
+(https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html). The handlers are
+written to be safe when two invocations overlap (pdkit/functions/).
+"""
 
 from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -32,8 +41,10 @@ class KitFunction(Construct):
         log_retention_days: int,
         environment: dict[str, str] | None = None,
         timeout_minutes: int = 2,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, id_)
+        self.key = key
         logs = EncryptedLogGroup(self, "Logs", key=key, retention_days=log_retention_days)
         self.dead_letters = sqs.Queue(
             self, "DeadLetters", encryption_master_key=key, enforce_ssl=True, retention_period=cdk.Duration.days(14)
@@ -75,7 +86,7 @@ class KitFunction(Construct):
             environment=environment,
             timeout=cdk.Duration.minutes(timeout_minutes),
             memory_size=256,
-            reserved_concurrent_executions=1,
+            reserved_concurrent_executions=reserved_concurrency,
             dead_letter_queue=self.dead_letters,
             vpc=vpc,
             vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
@@ -88,12 +99,64 @@ class KitFunction(Construct):
                 "AwsSolutions-IAM5[Resource::*]": "Lambda's VPC ENI actions (ec2:CreateNetworkInterface and friends) do not support resource-level permissions; nothing else in this role uses a wildcard resource.",
             },
         )
+        if reserved_concurrency is None:
+            acknowledge(
+                self.function,
+                {
+                    "NIST.800.53.R5-LambdaConcurrency": "A reservation fails the deploy on accounts whose Lambda quota cannot spare it "
+                    "(a new account's 10 spares none); it is opt-in (cluster.lambda_reserved_concurrency, checked by pdkit preflight), "
+                    "and the handlers converge when invocations overlap instead of relying on a limit of one.",
+                },
+            )
         acknowledge(
             self.dead_letters,
             {
                 "AwsSolutions-SQS3": "This queue is itself the dead-letter queue of the function; a dead-letter queue for it would only move the same failed events once more.",
             },
         )
+
+    def rule(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        rule_name: str,
+        description: str,
+        retry_attempts: int,
+        schedule: events.Schedule | None = None,
+        event_pattern: events.EventPattern | None = None,
+    ) -> events.Rule:
+        """An EventBridge rule that invokes this function, with this function's dead-letter queue.
+
+        EventBridge itself writes to that queue, and SQS encrypts with the queue's customer-managed key
+        on its behalf: the key policy must let events.amazonaws.com use the key, for this rule only
+        (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-dlq.html,
+        https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-least-privilege-policy.html).
+        The rule's ARN is spelled from its fixed name: a reference to the rule itself would make the key
+        depend on the rule, which depends on the queue, which depends on the key.
+        """
+        rule = events.Rule(
+            scope,
+            id_,
+            rule_name=rule_name,
+            description=description,
+            schedule=schedule,
+            event_pattern=event_pattern,
+            targets=[targets.LambdaFunction(self.function, dead_letter_queue=self.dead_letters, retry_attempts=retry_attempts)],
+        )
+        arn = cdk.Stack.of(self).format_arn(service="events", resource="rule", resource_name=rule_name)
+        added = self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"EventBridgeDeadLetters{rule_name.title().replace('-', '')}"[:128],
+                principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                resources=["*"],
+                conditions={"ArnEquals": {"aws:SourceArn": arn}},
+            )
+        )
+        if not added.statement_added:
+            raise ValueError(f"{self.node.path}: the dead-letter key must be a key of this app (its policy cannot be edited otherwise)")
+        return rule
 
     def allow(self, id_: str, *statements: iam.PolicyStatement) -> iam.ManagedPolicy:
         """Permissions beyond the basics, as a customer-managed policy (no inline policies)."""

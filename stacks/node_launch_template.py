@@ -12,6 +12,11 @@ def metadata_options() -> ec2.CfnLaunchTemplate.MetadataOptionsProperty:
     return ec2.CfnLaunchTemplate.MetadataOptionsProperty(http_tokens="required", http_put_response_hop_limit=1, http_endpoint="enabled")
 
 
+def detailed_monitoring() -> ec2.CfnLaunchTemplate.MonitoringProperty:
+    # 1-minute EC2 metrics; AWS Control Tower (CT.EC2.PR.10) rejects launch templates without it.
+    return ec2.CfnLaunchTemplate.MonitoringProperty(enabled=True)
+
+
 def root_volume(size_gib: int) -> ec2.CfnLaunchTemplate.BlockDeviceMappingProperty:
     return ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
         device_name=ROOT_DEVICE,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -41,14 +40,15 @@ def _put_metrics(namespace: str) -> iam.PolicyStatement:
     )
 
 
-def _every_minute(scope: Construct, function: KitFunction, description: str) -> events.Rule:
-    return events.Rule(
+def _every_minute(scope: Construct, function: KitFunction, plan: Plan, purpose: Purpose, description: str) -> events.Rule:
+    return function.rule(
         scope,
         "Schedule",
+        rule_name=f"{function_name(plan, purpose)}-schedule",
         description=description,
         schedule=events.Schedule.rate(EVERY),
         # A missed minute is superseded by the next one: no retries.
-        targets=[targets.LambdaFunction(function.function, dead_letter_queue=function.dead_letters, retry_attempts=0)],
+        retry_attempts=0,
     )
 
 
@@ -66,6 +66,7 @@ class BlockClock(Construct):
             log_retention_days=log_retention_days,
             environment={"CLUSTER_NAME": plan.cluster_name, "RESERVATION_ID": plan.reservation_id},
             timeout_minutes=1,
+            reserved_concurrency=plan.function_concurrency.per_function,
         )
         _named(self.function, plan, "block-clock")
         policy = self.function.allow(
@@ -80,7 +81,7 @@ class BlockClock(Construct):
                 + PUT_METRIC_DATA,
             },
         )
-        self.schedule = _every_minute(self, self.function, f"every minute: {plan.reservation_id} clock to CloudWatch")
+        self.schedule = _every_minute(self, self.function, plan, "block-clock", f"every minute: {plan.reservation_id} clock to CloudWatch")
 
 
 class ServingMetrics(Construct):
@@ -112,6 +113,7 @@ class ServingMetrics(Construct):
                 "WORKSPACE_ENDPOINT": workspace_endpoint,
             },
             timeout_minutes=1,
+            reserved_concurrency=plan.function_concurrency.per_function,
         )
         _named(self.function, plan, "serving-metrics")
         policy = self.function.allow(
@@ -120,4 +122,4 @@ class ServingMetrics(Construct):
             _put_metrics(c.SERVING_NAMESPACE),
         )
         acknowledge(policy, {"AwsSolutions-IAM5[Resource::*]": PUT_METRIC_DATA})
-        self.schedule = _every_minute(self, self.function, "every minute: serving figures (PromQL) to CloudWatch")
+        self.schedule = _every_minute(self, self.function, plan, "serving-metrics", "every minute: serving figures (PromQL) to CloudWatch")

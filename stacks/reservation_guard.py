@@ -1,5 +1,6 @@
 """Deploy-time guard: refuses the deploy before any GPU node group exists when the reservation is the
-placeholder, unknown, expired or cancelled, or differs from the profile (pdkit/functions/reservation_guard.py)."""
+placeholder, unknown, expired or cancelled, or differs from the profile; lets a rollback restore the
+previous reservation id (pdkit/functions/reservation_guard.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class ReservationGuard(Construct):
             vpc=vpc,
             key=key,
             log_retention_days=log_retention_days,
+            reserved_concurrency=plan.function_concurrency.per_function,
         )
         describe = self.function.allow(
             "DescribeReservations", iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations"], resources=["*"])
@@ -35,6 +37,12 @@ class ReservationGuard(Construct):
             {
                 "AwsSolutions-IAM5[Resource::*]": "ec2:DescribeCapacityReservations supports no resource-level permissions; the guard only reads."
             },
+        )
+        # A failed check is let through while this stack rolls back (pdkit/functions/reservation_guard.py):
+        # the guard reads the status of its own stack and of no other.
+        self.function.allow(
+            "ReadOwnStack",
+            iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[cdk.Stack.of(self).stack_id]),
         )
         self.check = cdk.CustomResource(
             self,

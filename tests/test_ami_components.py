@@ -212,3 +212,28 @@ def test_memlock_user_data_script_writes_a_unit_drop_in(tmp_path):
     dropin = root / ami.CONTAINERD_MEMLOCK_DROPIN.lstrip("/")
     assert dropin.read_text() == "[Service]\nLimitMEMLOCK=infinity\n"
     assert (tmp_path / "calls").read_text().splitlines() == ["daemon-reload", "try-restart containerd.service"]
+
+
+def _run_driver_step(step: str, driver: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run one nvidia-driver step with `rpm` answering `driver` for every package, as the parent's rpmdb would."""
+    stub = tmp_path / "bin"
+    stub.mkdir(exist_ok=True)
+    (stub / "rpm").write_text(f"#!/bin/sh\nprintf %s '{driver}'\n")
+    (stub / "rpm").chmod(0o755)
+    (stub / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+    (stub / "systemctl").chmod(0o755)
+    manifest = tmp_path / "node-image.env"
+    manifest.write_text(f"NVIDIA_DRIVER={driver}\n")
+    values = {**ami.component_parameters(load_plan(None), registry="r")["nvidia-driver"], "Manifest": str(manifest)}
+    (script,) = [s for where, s in SCRIPTS if where == f"nvidia-driver/{step}"]
+    script = VARIABLE.sub(lambda m: values[m.group(1)], script)
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False, env={"PATH": f"{stub}:/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("step", ["build/CheckDriverBranch", "test/DriverUnchangedOnANewInstance"])
+@pytest.mark.parametrize(("driver", "ok"), [("580.95.05", True), ("590.44.01", True), ("610.10", True), ("575.57.08", False)])
+def test_driver_check_accepts_the_minimum_branch_or_newer(step, driver, ok, tmp_path):
+    """CUDA 13 runs on the R580 driver or any newer branch (CUDA 13.0 release notes: minimum Linux driver 580.65.06);
+    the EKS AL2023 NVIDIA AMI will move past 580, and the build must not fail when it does."""
+    result = _run_driver_step(step, driver, tmp_path)
+    assert (result.returncode == 0) == ok, result.stderr

@@ -84,7 +84,7 @@ def test_recipe_runs_every_component_in_order_with_the_plans_values(built):
     image = built.plan.images[ami.SERVING_IMAGE]
     uri = json.dumps(params["ImageUri"])
     assert f"/{image.repository}:{image.tag}" in uri
-    assert params["DriverBranch"] == [ami.NVIDIA_DRIVER_BRANCH]
+    assert params["MinimumDriverBranch"] == [str(ami.NVIDIA_DRIVER_MIN_BRANCH)]
 
 
 def test_component_documents_are_the_files_in_ami(built):

@@ -80,8 +80,17 @@ def test_markdown_has_the_comparison_table_with_the_seed(written):
     max_itl = next(line for line in text.splitlines() if line.startswith("| max ITL (ms) |"))
     assert max_itl.startswith("| max ITL (ms) | 434 | 117 | ")
     assert "| 95 (-19%) |" in max_itl  # the c=64 spike against the seed's EFA 117 ms
+
+
+def test_seed_ttft_cell_quotes_a_difference_without_a_direction(written):
+    """The seed's only TTFT statement is "EFA 在 Prefill 中只承担低频 PP send/recv，TTFT 仅差 9%" (AWS China Blog,
+    2026-06-12, archived as seed document 000_138a252962c90c4a): "only 9% apart", with no sign. A cell that
+    says "RoCE +9%" (or EFA +9%) claims a direction the source never states."""
+    text = (written[0] / report.REPORT).read_text()
     ttft = next(line for line in text.splitlines() if line.startswith("| mean TTFT (ms) |"))
-    assert "RoCE +9%" in ttft
+    assert ttft.startswith("| mean TTFT (ms) | not published | 9% apart, direction not stated (“TTFT 仅差 9%”) | 249 |")
+    assert "+9%" not in text
+    assert seed.load().ttft_published == "9% apart, direction not stated (“TTFT 仅差 9%”)"
 
 
 def test_markdown_states_the_models_predicted_overhead(written):
@@ -163,3 +172,81 @@ def test_cli_report_rejects_a_non_validation_file(capsys, tmp_path):
     bad.write_text("{}")
     assert fakes.main(["report", "--bench", str(BENCH / "sweep"), "--validate", str(bad), "--out", str(tmp_path / "r")]) == 2
     assert "not a `pdkit validate` result" in capsys.readouterr().err
+
+
+# --- the workload comes from the run's records -----------------------------------------------------------
+
+
+def _workload_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("- Workload"))
+
+
+def test_workload_is_read_from_the_records_not_the_profile(plan, tmp_path):
+    """bench_serving writes the lengths it ran with into each --output-file record ("random_input_len",
+    "random_output_len", "random_range_ratio" in the result dict of sglang/bench_serving.py) and, with
+    --output-details, one TTFT per request. Those say what ran; the profile (output 512, 200 prompts, 16
+    warm-up) says what the next run would do. Nothing in the records names the warm-up: unknown."""
+    src = tmp_path / "in"
+    shutil.copytree(BENCH / "sweep", src)
+    (src / "run.json").unlink()
+    assert (plan.profile.bench.output_len, plan.profile.bench.prompts_per_level) != (32, 16), "the fixture must differ from the profile"
+    the_seed = seed.load()
+    text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    assert _workload_line(text) == (
+        "- Workload (from the run's records): unknown dataset, input 2048 / output 32 tokens (range ratio 1), "
+        "16 prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64."
+    )
+
+
+def test_workload_from_run_json_names_the_warm_up(written):
+    """`pdkit bench` records what it asked bench_serving for in run.json (pdkit/bench/run.py), warm-up included;
+    its deployment (glm51-2p2d) is the default profile's, so nothing is flagged."""
+    text = (written[0] / report.REPORT).read_text()
+    assert "Warning" not in text
+    line = _workload_line(text)
+    assert line == (
+        "- Workload (from the run's records): random dataset, input 2048 / output 32 tokens (range ratio 1), "
+        "16 prompts per level after 4 warm-up requests, concurrency 1, 4, 16, 64."
+    )
+
+
+def test_printed_summaries_say_nothing_of_the_workload(plan, tmp_path):
+    """bench_serving's printed "Serving Benchmark Result" block has no input/output length, prompt count or
+    warm-up line (sglang/bench_serving.py prints concurrency, counts, throughputs and latencies), so a
+    report from summaries alone cannot know them."""
+    the_seed = seed.load()
+    text = report.markdown(results.load_dir(BENCH / "summary-only"), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    assert _workload_line(text) == (
+        "- Workload (from the run's records): unknown dataset, input unknown / output unknown tokens (range ratio unknown), "
+        "unknown prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64."
+    )
+
+
+def test_a_run_of_another_deployment_is_flagged(plan, tmp_path, capsys):
+    """run.json names the deployment that ran (`plan`); a report built with another --profile would set
+    that run beside the wrong layout and latency model."""
+    src = tmp_path / "in"
+    shutil.copytree(BENCH / "sweep", src)
+    meta = json.loads((src / "run.json").read_text()) | {"plan": "other-2p2d", "profile": "config/other.yaml"}
+    (src / "run.json").write_text(json.dumps(meta))
+    the_seed = seed.load()
+    text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed), run_meta=meta)
+    assert "> **Warning:** these results were recorded by deployment 'other-2p2d', but --profile is deployment 'glm51-2p2d'" in text
+    assert fakes.main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("pdkit: warning: these results were recorded by deployment 'other-2p2d'")
+    assert "Fix: pass --profile config/other.yaml" in err
+
+
+@pytest.mark.parametrize("content", ["{bad", "[1, 2]"])
+def test_a_broken_run_record_is_one_line(capsys, tmp_path, content):
+    """run.json is the run's record of its workload; one that is not a JSON object (json.loads raises
+    JSONDecodeError, or yields a list) gets one line with the fix, not a traceback."""
+    src = tmp_path / "in"
+    shutil.copytree(BENCH / "sweep", src)
+    (src / "run.json").write_text(content)
+    assert fakes.main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("pdkit: error: ")
+    assert "Fix: restore the run.json" in err

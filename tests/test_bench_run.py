@@ -100,7 +100,7 @@ def test_deadline_seconds_grows_with_prompts(plan, raw_with):
 
 
 def test_cli_render(capsys, plan):
-    assert fakes.main(["bench", "--render", "--concurrency", "2,8"]) == 0
+    assert fakes.main(["bench", "--render", "--concurrency", "2,8", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     for doc in docs:
         kubernetes_validate.validate(doc, f"{plan.kubernetes_version}.0", strict=True)

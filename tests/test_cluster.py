@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from aws_cdk.assertions import Match
 
 from pdkit.catalog import addons
@@ -46,11 +48,27 @@ def test_secrets_envelope_encryption_with_a_rotating_key(kit):
 
 
 def test_all_five_control_plane_logs_with_retention(kit):
+    """Kept a year by default: AWS Control Tower's CT.CLOUDWATCH.PR.2 refuses log groups kept less than 365 days
+    (rules/control-tower/cfn-guard/cloudwatch/ct-cloudwatch-pr-2.guard, MINIMUM_RETENTION_IN_DAYS = 365)."""
     types = _cluster(kit)["Logging"]["ClusterLogging"]["EnabledTypes"]
     assert sorted(t["Type"] for t in types) == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
     kit.template("cluster").has_resource_properties(
-        "AWS::Logs::LogGroup", {"LogGroupName": "/aws/eks/glm51-2p2d/cluster", "RetentionInDays": 90, "KmsKeyId": Match.any_value()}
+        "AWS::Logs::LogGroup", {"LogGroupName": "/aws/eks/glm51-2p2d/cluster", "RetentionInDays": 365, "KmsKeyId": Match.any_value()}
     )
+
+
+def test_kubectl_provider_logs_are_encrypted(kit):
+    """aws_eks_v2 creates the kubectl provider's log groups without a key; CT.CLOUDWATCH.PR.3 refuses any log group
+    without KmsKeyId (ct-cloudwatch-pr-3.guard), so they get the cluster's logs key."""
+    groups = kit.template("cluster").find_resources("AWS::Logs::LogGroup")
+    provider = {k: g for k, g in groups.items() if k.startswith("ClusterKubectlProvider")}
+    assert len(provider) == 2
+    assert all(g["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [_logs_key(kit), "Arn"]} for g in provider.values())
+
+
+def _logs_key(kit) -> str:
+    (key,) = kit.template("cluster").find_resources("AWS::KMS::Key", {"Properties": {"Description": Match.string_like_regexp("logs")}})
+    return str(key)
 
 
 def test_admin_principals_get_access_entries(raw_with):
@@ -116,6 +134,45 @@ def test_lws_controller_runs_on_system_nodes(kit):
     assert '"nodeSelector":{"pdkit/role":"system"}' in str(_charts(kit)["lws"]["Values"]).replace(" ", "")
 
 
+# Which chart's admission webhooks (failurePolicy: Fail) each object the serving stack applies passes through:
+#   kubernetes-sigs/lws v0.10.0 charts/lws/templates/webhook/: LeaderWorkerSet mutating + validating webhooks, and a
+#     pod webhook for pods carrying the leaderworkerset.sigs.k8s.io labels;
+#   aws/eks-charts aws-load-balancer-controller templates/webhook.yaml: `mservice.elbv2.k8s.aws` on every Service.
+# The CRD itself (leaderworkerset.x-k8s.io) comes from the lws chart too.
+WEBHOOKS_BY_KIND = {"LeaderWorkerSet": "lws", "Service": "aws-load-balancer-controller"}
+
+
+def _serving_kinds(kit) -> set[str]:
+    import re
+
+    return set(re.findall(r'\\"kind\\":\\"(\w+)\\"', json.dumps(kit.template_json("serving"))))
+
+
+def test_charts_the_serving_stack_applies_through_wait_until_ready(kit):
+    """A webhook with no ready endpoint rejects the apply ("failed calling webhook ... no endpoints available"), so
+    each chart whose CRD or webhook the serving stack's objects go through is installed with `helm --wait`: the
+    cluster stack completes only once its controller pods are Ready. aws_eks_v2 HelmChart `wait` ("wait until all
+    Pods ... are in a ready state before marking the release as successful"); the kubectl provider's helm handler
+    turns it into `helm upgrade --wait --timeout` (aws-cdk-lib custom-resource-handlers aws-eks-v2/kubectl-handler/helm).
+    """
+    charts = _charts(kit)
+    used = {WEBHOOKS_BY_KIND[k] for k in _serving_kinds(kit) if k in WEBHOOKS_BY_KIND}
+    assert used == {"lws", "aws-load-balancer-controller"}
+    for name in sorted(used):
+        assert charts[name].get("Wait") is True, f"{name} is installed without wait"
+
+
+def test_waited_charts_fit_the_kubectl_provider_lambda(kit):
+    """The kubectl provider's handler Lambda runs at most 15 minutes (aws_eks_v2 caps HelmChart `timeout` at 15
+    minutes for that reason) and pulls and installs the chart in the same invocation: a Helm wait that fills the
+    whole budget ends in a Lambda timeout instead of Helm's own error. Ours leaves a third of it.
+    """
+    for name, chart in _charts(kit).items():
+        if chart.get("Wait"):
+            assert chart["Timeout"] in ("600s", "900s"), name
+    assert _charts(kit)["lws"]["Timeout"] == "600s"
+
+
 def test_load_balancer_controller_is_installed(kit):
     assert "aws-load-balancer-controller" in _charts(kit)
 
@@ -151,6 +208,23 @@ def test_access_host_opens_no_inbound_port(kit):
     groups = t.find_resources("AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^SSM access host")}})
     (group,) = groups.values()
     assert "SecurityGroupIngress" not in group["Properties"]
+
+
+def test_access_host_says_no_public_ip_on_its_interface(kit):
+    """CT.EC2.PR.8 refuses an instance with a top-level SubnetId and wants AssociatePublicIpAddress false on each
+    interface it creates (ct-ec2-pr-8.guard); CT.EC2.PR.19 wants a type that encrypts traffic between instances,
+    which t4g does not (ct-ec2-pr-19.guard; EC2 User Guide, encryption in transit)."""
+    (host,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EC2::Instance").values()]
+    assert "SubnetId" not in host
+    (interface,) = host["NetworkInterfaces"]
+    assert interface["AssociatePublicIpAddress"] is False
+    assert not host["InstanceType"].startswith("t4g.")
+
+
+def test_system_node_template_turns_on_detailed_monitoring(kit):
+    """CT.EC2.PR.10 refuses launch templates without Monitoring.Enabled true (ct-ec2-pr-10.guard)."""
+    (template,) = kit.template("cluster").find_resources("AWS::EC2::LaunchTemplate").values()
+    assert template["Properties"]["LaunchTemplateData"]["Monitoring"] == {"Enabled": True}
 
 
 def test_cluster_api_accepts_the_access_host(kit):

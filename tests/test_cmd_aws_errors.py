@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from botocore.exceptions import ClientError, UnStubbedResponseError
+from botocore.exceptions import ClientError, EndpointConnectionError, UnStubbedResponseError
 
 from pdkit import aws_errors
 from pdkit.cli import main
@@ -44,7 +44,9 @@ def test_aws_error_is_one_line_with_fix(aws, tmp_path, capsys, code, expected):
 
 
 def test_endpoint_connection_error_names_the_endpoint_and_honours_aws_endpoint_url(offline_aws, monkeypatch, tmp_path, capsys):
-    """The real client factory: AWS_ENDPOINT_URL_EC2 is honoured (boto3's own handling) and a dead endpoint is one line."""
+    """The real client factory: AWS_ENDPOINT_URL_EC2 is honoured (boto3's own handling) and a dead endpoint is one line
+    that names the variable, not the region (https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html:
+    the service-specific variable replaces the region's endpoint)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,6 +57,51 @@ def test_endpoint_connection_error_names_the_endpoint_and_honours_aws_endpoint_u
     assert f"cannot reach http://127.0.0.1:{port}" in err
     assert "AWS_ENDPOINT_URL" in err
     assert err.count("\n") == 1
+    # The override, not the region, is what the operator changed: do not send them to describe-regions.
+    assert "may not exist" not in err
+    assert f"AWS_ENDPOINT_URL_EC2=http://127.0.0.1:{port}" in err
+    # Without an override, a failure to reach the region's own endpoint is most often a region typo.
+    monkeypatch.delenv("AWS_ENDPOINT_URL_EC2")
+    kit = aws_errors.explain(EndpointConnectionError(endpoint_url="https://ec2.eu-south-9.amazonaws.com/"), region="eu-south-9")
+    assert kit is not None
+    assert "the region 'eu-south-9' may not exist" in str(kit)
+
+
+def test_read_command_against_an_endpoint_that_never_answers_gives_up_with_one_line(offline_aws, monkeypatch, tmp_path, capsys):
+    """A loopback endpoint that accepts and never answers: the command says it is waiting, makes the bounded
+    number of attempts, and ends in one line naming the override, well before the stand-in drops the
+    connection. botocore's defaults (60 s read timeout, 3 attempts) would wait minutes
+    (https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html)."""
+    import time
+
+    from pdkit import aws_clients
+    from tests.fixtures.ec2_standin import HANG, running
+
+    monkeypatch.setattr(aws_clients, "READS", aws_clients.Patience(connect=1, read=0.3, attempts=2))
+    monkeypatch.setattr(aws_clients, "WAIT_NOTICE_AFTER", 0.1)
+    with running({"DescribeCapacityReservations": lambda _p: HANG}, hang_for=4) as ec2:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", ec2.url)
+        began = time.monotonic()
+        code = main(["capacity", "status", "--profile", real_profile(tmp_path)])
+        took = time.monotonic() - began
+    assert code == 2
+    assert took < 3
+    assert len(ec2.sent("DescribeCapacityReservations")) == 2
+    err = capsys.readouterr().err
+    assert "Waiting for DescribeCapacityReservations" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"pdkit: error: {ec2.url}/ accepted the connection but did not answer in time")
+    assert "AWS_ENDPOINT_URL_EC2" in last
+    assert "may not exist" not in err
+    assert "Traceback" not in err
+
+
+def test_read_clients_give_up_within_a_minute(offline_aws):
+    """The real client factory's timeouts and attempts bound a call on a silent endpoint to 60 s."""
+    from pdkit import aws_clients
+
+    config = aws_clients.make_client("ec2", aws_profile=None, region=REGION).meta.config
+    assert config.retries["total_max_attempts"] * (config.connect_timeout + config.read_timeout) <= 60
 
 
 def test_no_credentials_is_one_line(offline_aws, monkeypatch, tmp_path, capsys):

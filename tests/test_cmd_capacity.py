@@ -16,6 +16,16 @@ pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 QUERY = {"InstanceType": "p5en.48xlarge", "InstanceCount": 4, "CapacityDurationHours": 48}
 FEE = "98765.43"
+PURCHASE_ID = "0123456789abcdef0123456789abcdef"
+TAGS = [{"ResourceType": "capacity-reservation", "Tags": [{"Key": "pdkit:purchase-id", "Value": PURCHASE_ID}]}]
+
+
+@pytest.fixture(autouse=True)
+def fixed_purchase_id(monkeypatch):
+    """One known purchase id, so the Stubber checks that the dry run and the purchase carry the same tag."""
+    from pdkit import purchase
+
+    monkeypatch.setattr(purchase, "new_purchase_id", lambda: PURCHASE_ID)
 
 
 def offering(offering_id: str, *, az: str = "eu-south-2a", start_in_h: int = 24, fee: str = FEE) -> dict[str, Any]:
@@ -46,7 +56,12 @@ def stub_dry_run(aws, offering_id: str, *, code: str = "DryRunOperation") -> Non
         if code == "DryRunOperation"
         else "You are not authorized. Encoded authorization failure message: abc",
         412 if code == "DryRunOperation" else 403,
-        expected_params={"CapacityBlockOfferingId": offering_id, "InstancePlatform": "Linux/UNIX", "DryRun": True},
+        expected_params={
+            "CapacityBlockOfferingId": offering_id,
+            "InstancePlatform": "Linux/UNIX",
+            "TagSpecifications": TAGS,
+            "DryRun": True,
+        },
     )
 
 
@@ -54,7 +69,7 @@ def stub_purchase(aws, offering_id: str) -> None:
     aws("ec2").add_response(
         "purchase_capacity_block",
         {"CapacityReservation": {"CapacityReservationId": CR, "State": "payment-pending", "AvailabilityZone": "eu-south-2b"}},
-        {"CapacityBlockOfferingId": offering_id, "InstancePlatform": "Linux/UNIX", "DryRun": False},
+        {"CapacityBlockOfferingId": offering_id, "InstancePlatform": "Linux/UNIX", "TagSpecifications": TAGS, "DryRun": False},
     )
 
 
@@ -126,7 +141,7 @@ def test_buy_with_yes_dry_runs_first_then_buys_and_says_where_the_id_goes(aws, c
     assert "cannot be cancelled" in out
     assert f"reservation_id: {CR}" in out
     assert "availability_zone: eu-south-2b" in out
-    assert "Next: pdkit capacity status, then pdkit preflight" in out
+    assert "Next: `pdkit capacity status" in out
 
 
 def test_buy_without_terminal_and_without_yes_buys_nothing(aws, capsys):
@@ -177,7 +192,7 @@ def test_buy_stops_when_the_endpoint_ignores_dry_run(aws, capsys):
     aws("ec2").add_response(
         "purchase_capacity_block",
         {"CapacityReservation": {"CapacityReservationId": CR}},
-        {"CapacityBlockOfferingId": "cbr-1", "InstancePlatform": "Linux/UNIX", "DryRun": True},
+        {"CapacityBlockOfferingId": "cbr-1", "InstancePlatform": "Linux/UNIX", "TagSpecifications": TAGS, "DryRun": True},
     )
     assert main(["capacity", "buy", "cbr-1", "--yes"]) == 2
     assert "returned a result instead of DryRunOperation" in capsys.readouterr().err
@@ -339,7 +354,7 @@ def test_guard_never_buys_when_the_dry_run_fails_or_is_not_confirmed(monkeypatch
 
     from botocore.exceptions import ClientError
 
-    from pdkit import purchase
+    from pdkit import fee_prompt
     from pdkit.errors import KitError
 
     bought: list[str] = []
@@ -356,17 +371,17 @@ def test_guard_never_buys_when_the_dry_run_fails_or_is_not_confirmed(monkeypatch
 
     fee = Decimal("10.00")
     with pytest.raises(ClientError):
-        purchase.guarded(what="w", fee=fee, currency="USD", dry=refused, buy=buy, assume_yes=True)
+        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=refused, buy=buy, assume_yes=True)
     monkeypatch.setattr(console, "interactive", lambda: False)
     with pytest.raises(KitError, match="no terminal"):
-        purchase.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
+        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
     monkeypatch.setattr(console, "interactive", lambda: True)
     monkeypatch.setattr(console, "ask", lambda _p: "10.01")
     with pytest.raises(KitError, match="cancelled"):
-        purchase.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
+        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
     assert bought == []
     monkeypatch.setattr(console, "ask", lambda _p: "10")
-    assert purchase.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False) == "cr"
+    assert fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False) == "cr"
     assert bought == ["x"]
 
 
@@ -413,3 +428,45 @@ def test_a_pending_extension_says_the_old_end_still_holds(aws, tmp_path, capsys)
     out = capsys.readouterr().out
     assert "once payment succeeds" in out
     assert "describe-capacity-block-extension-history" in out
+
+
+def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys):
+    """After a 5xx the lookup finds a Capacity Block with the offering's type, AZ, count and dates but without
+    this purchase's tag: that may be an earlier purchase, so the command says "may", names it, asks for a
+    check before buying again, and exits non-zero. The Stubber proves the purchase was sent once (a second
+    purchase_capacity_block call has no queued answer)."""
+    offer = offering("cbr-1")
+    stub_offerings(aws, offer)
+    stub_dry_run(aws, "cbr-1")
+    aws("ec2").add_client_error(
+        "purchase_capacity_block",
+        "Unavailable",
+        "The server is overloaded",
+        503,
+        expected_params={"CapacityBlockOfferingId": "cbr-1", "InstancePlatform": "Linux/UNIX", "TagSpecifications": TAGS, "DryRun": False},
+    )
+    alike = {
+        "CapacityReservationId": "cr-0alike0000000000",
+        "InstanceType": "p5en.48xlarge",
+        "AvailabilityZone": "eu-south-2a",
+        "TotalInstanceCount": 4,
+        "State": "scheduled",
+        "StartDate": offer["StartDate"],
+        "EndDate": offer["EndDate"],
+        "ReservationType": "capacity-block",
+    }
+    aws("ec2").add_response(
+        "describe_capacity_reservations",
+        {"CapacityReservations": [alike]},
+        {"Filters": [{"Name": "instance-type", "Values": ["p5en.48xlarge"]}, {"Name": "availability-zone", "Values": ["eu-south-2a"]}]},
+    )
+    assert main(["capacity", "buy", "cbr-1", "--yes"]) == 2
+    captured = capsys.readouterr()
+    assert "cr-0alike0000000000" in captured.out
+    assert "same type, AZ, count, start and end (no tag)" in captured.out
+    assert "may be an earlier block" in captured.err
+    assert "do not buy again until you have checked it" in captured.err
+    # The purchase went through the one-attempt client, the lookup through the ordinary one.
+    from pdkit import aws_clients
+
+    assert ("ec2", {"patience": aws_clients.PURCHASE}) in aws.options

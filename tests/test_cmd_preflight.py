@@ -17,6 +17,8 @@ pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 IDENTITY = {"Account": "123456789012", "Arn": "arn:aws:iam::123456789012:role/ops", "UserId": "AID"}
 PINS = {"vpc-cni": "v1.23.0-eksbuild.1", "coredns": "v1.14.3-eksbuild.11"}
+PARENT = "/aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+PROMOTED = "/pdkit/glm51-2p2d/ami/gpu"
 
 
 @pytest.fixture
@@ -53,8 +55,17 @@ def stub_checks(
     addons: dict[str, dict[str, Any]] | None = None,
     cluster: dict[str, Any] | None = None,
     placeholder: bool = False,
+    lambda_limit: tuple[int, int] | None = (1000, 1000),
+    node_image: bool = True,
 ) -> None:
-    """Stub the preflight calls in order; each keyword changes one answer."""
+    """Stub the preflight calls in order; each keyword changes one answer (lambda_limit None: the test stubs Lambda itself,
+    node_image False: the test stubs the image parameter itself)."""
+    if lambda_limit is not None:
+        stub_lambda(aws, *lambda_limit)
+    if node_image:
+        stub_node_image(aws)
+    else:
+        aws("ssm")
     aws("sts").add_response("get_caller_identity", {"Account": account, "Arn": f"arn:aws:iam::{account}:role/ops", "UserId": "AID"}, {})
     ec2 = aws("ec2")
     if not placeholder:
@@ -91,6 +102,16 @@ def stub_checks(
         )
     else:
         eks.add_response("describe_cluster", {"cluster": cluster}, {"name": "glm51-2p2d"})
+
+
+def stub_node_image(aws) -> None:
+    aws("ssm").add_response("get_parameter", {"Parameter": {"Name": PARENT, "Value": "ami-0eks0000000000000"}}, {"Name": PARENT})
+
+
+def stub_lambda(aws, quota: int = 1000, unreserved: int = 1000) -> None:
+    aws("lambda").add_response(
+        "get_account_settings", {"AccountLimit": {"ConcurrentExecutions": quota, "UnreservedConcurrentExecutions": unreserved}}, {}
+    )
 
 
 def rows(capsys) -> dict[str, dict[str, str]]:
@@ -215,6 +236,8 @@ def test_quota_falls_back_to_the_aws_default(aws, pins, tmp_path, capsys):
     aws("service-quotas").add_response(
         "get_aws_default_service_quota", {"Quota": {"Value": 1024.0}}, {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"}
     )
+    stub_lambda(aws)
+    stub_node_image(aws)
     stub_checks_without_quota(aws)
     main(["preflight", "--output", "json"])
     assert rows(capsys)["GPU vCPU quota"]["status"] == "PASS"
@@ -243,6 +266,8 @@ def test_missing_addon_pins_is_a_warning(aws, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(preflight, "ADDON_PINS", tmp_path / "absent.yaml")
     aws("sts").add_response("get_caller_identity", IDENTITY)
     aws("service-quotas").add_response("get_service_quota", {"Quota": {"Value": 1536.0}})
+    stub_lambda(aws)
+    stub_node_image(aws)
     aws("eks").add_client_error("describe_cluster", "ResourceNotFoundException", "No cluster found", 404)
     main(["preflight", "--output", "json"])
     row = rows(capsys)["EKS add-ons"]
@@ -308,6 +333,129 @@ def test_unreadable_pins_fail_their_row(aws, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(preflight, "ADDON_PINS", bad)
     aws("sts").add_response("get_caller_identity", IDENTITY)
     aws("service-quotas").add_response("get_service_quota", {"Quota": {"Value": 1536.0}})
+    stub_lambda(aws)
+    stub_node_image(aws)
     aws("eks").add_client_error("describe_cluster", "ResourceNotFoundException", "No cluster found", 404)
     assert main(["preflight", "--output", "json", "--profile", profile(tmp_path)]) == 1
     assert rows(capsys)["EKS add-ons"]["status"] == "FAIL"
+
+
+# --- Lambda concurrency ---------------------------------------------------------------------------
+# Lambda keeps at least 100 concurrent executions unreserved, or the whole quota of an account below
+# 100 (https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html); a new account's
+# quota is 10, and PutFunctionConcurrency there answers "decreases account's
+# UnreservedConcurrentExecution below its minimum value of [10]". GetAccountSettings reports
+# AccountLimit.ConcurrentExecutions and UnreservedConcurrentExecutions (botocore lambda model).
+
+
+def test_a_new_accounts_quota_passes_with_the_default_of_no_reservation(aws, pins, tmp_path, capsys):
+    stub_checks(aws, lambda_limit=(10, 10))
+    assert main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
+    row = rows(capsys)["Lambda concurrency"]
+    assert row["status"] == "PASS"
+    assert "nothing reserved" in row["detail"]
+
+
+def test_an_opt_in_reservation_on_a_new_account_fails_with_the_quota_to_ask_for(aws, pins, tmp_path, capsys):
+    stub_checks(aws, lambda_limit=(10, 10))
+    aws("lambda").add_response("list_functions", {"Functions": []}, {})
+    path = real_profile(tmp_path, cluster__lambda_reserved_concurrency=1)
+    assert main(["preflight", "--profile", path, "--output", "json"]) == 1
+    row = rows(capsys)["Lambda concurrency"]
+    assert row["status"] == "FAIL"
+    assert "would leave 6 of 10 unreserved; Lambda refuses below 10" in row["detail"]
+    assert f"remove cluster.lambda_reserved_concurrency from {path}" in row["fix"]
+    assert "--service-code lambda --quota-code L-B99A9384 --desired-value 104" in row["fix"]
+
+
+def test_an_opt_in_reservation_needs_100_left_on_a_default_quota(aws, pins, tmp_path, capsys):
+    stub_checks(aws, lambda_limit=(1000, 103))
+    aws("lambda").add_response("list_functions", {"Functions": []}, {})
+    assert main(["preflight", "--profile", real_profile(tmp_path, cluster__lambda_reserved_concurrency=1), "--output", "json"]) == 1
+    assert "would leave 99 of 1000 unreserved; Lambda refuses below 100" in rows(capsys)["Lambda concurrency"]["detail"]
+
+
+def test_a_redeploy_counts_the_reservations_the_kit_already_holds(aws, pins, tmp_path, capsys):
+    """After a deploy with the reservation, UnreservedConcurrentExecutions already excludes the kit's 4: not counted twice."""
+    stub_checks(aws, lambda_limit=(1000, 100))
+    lam = aws("lambda")
+    kit_fn = {"FunctionName": "glm51-2p2d-block-clock", "Description": "glm51-2p2d: minutes left in Capacity Block"}
+    other = {"FunctionName": "someone-else", "Description": "not ours"}
+    lam.add_response("list_functions", {"Functions": [kit_fn, other], "NextMarker": "m"}, {})
+    lam.add_response("get_function_concurrency", {"ReservedConcurrentExecutions": 1}, {"FunctionName": "glm51-2p2d-block-clock"})
+    lam.add_response("list_functions", {"Functions": [kit_fn | {"FunctionName": "glm51-2p2d-serving-metrics"}]}, {"Marker": "m"})
+    lam.add_response("get_function_concurrency", {"ReservedConcurrentExecutions": 1}, {"FunctionName": "glm51-2p2d-serving-metrics"})
+    assert main(["preflight", "--profile", real_profile(tmp_path, cluster__lambda_reserved_concurrency=1), "--output", "json"]) == 1
+    assert "would leave 98 of 1000" in rows(capsys)["Lambda concurrency"]["detail"]
+
+
+def test_an_opt_in_reservation_with_room_passes(aws, pins, tmp_path, capsys):
+    stub_checks(aws, lambda_limit=(1000, 1000))
+    aws("lambda").add_response("list_functions", {"Functions": []}, {})
+    assert main(["preflight", "--profile", real_profile(tmp_path, cluster__lambda_reserved_concurrency=2), "--output", "json"]) == 0
+    row = rows(capsys)["Lambda concurrency"]
+    assert row["status"] == "PASS"
+    assert "reserving 2 for each of 4 functions (8) leaves 992 of 1000 unreserved" in row["detail"]
+
+
+def test_a_missing_lambda_permission_fails_its_row(aws, pins, tmp_path, capsys):
+    stub_checks(aws, lambda_limit=None)
+    aws("lambda").add_client_error(
+        "get_account_settings", "AccessDeniedException", "not authorized to perform: lambda:GetAccountSettings", 403
+    )
+    assert main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"]) == 1
+    row = rows(capsys)["Lambda concurrency"]
+    assert row["status"] == "FAIL"
+    assert "lambda:GetAccountSettings" in row["fix"]
+
+
+# --- GPU node image -------------------------------------------------------------------------------------------
+# The image the GPU node groups launch from comes from an SSM parameter: EKS's public AL2023 NVIDIA parameter for the
+# cluster's version, or the kit's promoted one (runbooks/05-node-image.md). SSM answers ParameterNotFound for a name
+# that does not exist (botocore ssm model, GetParameter errors); EC2 DescribeImages answers InvalidAMIID.NotFound for
+# a deregistered image.
+
+
+def test_node_image_row_reads_the_eks_nvidia_parameter_of_the_plans_version(aws, pins, tmp_path, capsys):
+    stub_checks(aws)
+    main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"])
+    row = rows(capsys)["GPU node image"]
+    assert row["status"] == "PASS"
+    assert "ami-0eks0000000000000" in row["detail"]
+
+
+def test_node_image_row_fails_where_eks_publishes_no_nvidia_ami(aws, pins, tmp_path, capsys):
+    stub_checks(aws, node_image=False)
+    aws("ssm").add_client_error("get_parameter", "ParameterNotFound", "", 400, expected_params={"Name": PARENT})
+    assert main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"]) == 1
+    row = rows(capsys)["GPU node image"]
+    assert row["status"] == "FAIL"
+    assert "Kubernetes 1.36" in row["detail"]
+
+
+def test_custom_source_without_a_promoted_image_fails_with_the_runbook(aws, pins, tmp_path, capsys):
+    stub_checks(aws, node_image=False)
+    aws("ssm").add_client_error("get_parameter", "ParameterNotFound", "", 400, expected_params={"Name": PROMOTED})
+    assert main(["preflight", "--profile", real_profile(tmp_path, ami__source="custom"), "--output", "json"]) == 1
+    row = rows(capsys)["GPU node image"]
+    assert row["status"] == "FAIL"
+    assert PROMOTED in row["detail"]
+    assert "runbooks/05-node-image.md" in row["fix"]
+
+
+@pytest.mark.parametrize(("answer", "status"), [("available", "PASS"), ("deregistered", "FAIL"), ("failed", "FAIL")])
+def test_custom_source_checks_the_promoted_ami_is_available(aws, pins, tmp_path, capsys, answer, status):
+    stub_checks(aws, node_image=False)
+    aws("ssm").add_response("get_parameter", {"Parameter": {"Name": PROMOTED, "Value": "ami-0c0000000000000aa"}}, {"Name": PROMOTED})
+    if answer == "deregistered":
+        aws("ec2").add_client_error(
+            "describe_images", "InvalidAMIID.NotFound", "gone", 400, expected_params={"ImageIds": ["ami-0c0000000000000aa"]}
+        )
+    else:
+        aws("ec2").add_response(
+            "describe_images",
+            {"Images": [{"ImageId": "ami-0c0000000000000aa", "Name": "glm51-2p2d-gpu-node-x", "State": answer}]},
+            {"ImageIds": ["ami-0c0000000000000aa"]},
+        )
+    main(["preflight", "--profile", real_profile(tmp_path, ami__source="custom"), "--output", "json"])
+    assert rows(capsys)["GPU node image"]["status"] == status

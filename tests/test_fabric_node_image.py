@@ -163,6 +163,7 @@ def _rows(plan, log, pods=1):
 def test_healthy_custom_node_passes(custom):
     rows = _rows(custom, fixture("node-image-ok.log"))
     assert {name: r.status for name, r in rows.items()} == {
+        "NVIDIA driver branch": "PASS",
         "NVIDIA driver = node image's": "PASS",
         "GPUs seen by nvidia-smi": "PASS",
         "NVSwitch fabric": "PASS",
@@ -179,6 +180,7 @@ def test_eks_optimized_node_skips_the_driver_comparison(eks):
 
 def test_broken_node_fails_each_check_with_a_runbook_step(custom):
     rows = _rows(custom, fixture("node-image-broken.log"))
+    assert rows.pop("NVIDIA driver branch").status == "PASS", "580.82.07 is on the 580 branch"
     assert {r.status for r in rows.values()} == {"FAIL"}
     assert rows["NVIDIA driver = node image's"].threshold == "= 580.95.05"
     assert rows["GPUs seen by nvidia-smi"].measured.startswith("7 ")
@@ -220,3 +222,14 @@ def test_run_creates_the_extra_namespace_and_runs_node_image_first(custom):
     assert [o["metadata"]["name"] for o in cluster.created if o["kind"] == "Job"] == ["node-image-abc123"]
     assert outcome.ok, [c for c in outcome.checks if c.status != "PASS"]
     assert sum(c.name == "NVSwitch fabric" for c in outcome.checks) == 4
+
+
+@pytest.mark.parametrize(("driver", "status"), [("580.82.07", "PASS"), ("590.44.01", "PASS"), ("575.57.08", "FAIL")])
+def test_driver_branch_is_the_minimum_or_newer_on_the_eks_optimized_ami(eks, driver, status):
+    """CUDA 13 needs the R580 driver branch or a newer one (CUDA 13.0 release notes, minimum 580.65.06); EKS moves its
+    AL2023 NVIDIA AMI to newer branches over time, so a newer branch passes and an older one fails."""
+    log = fixture("node-image-eks.log").replace("580.82.07", driver)
+    row = _rows(eks, log)["NVIDIA driver branch"]
+    assert row.status == status
+    assert driver in row.measured
+    assert row.threshold == ">= 580"

@@ -157,7 +157,7 @@ def test_default_image_is_the_plans_validation_image(plan):
 
 
 def test_cli_render_needs_no_cluster(capsys, plan):
-    assert fakes.main(["validate", "--render"]) == 0
+    assert fakes.main(["validate", "--render", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs][:3] == ["Namespace", "ConfigMap", "Secret"]
     for doc in docs:
@@ -189,7 +189,7 @@ def test_cli_exit_code_is_one_on_failure(monkeypatch, capsys, tmp_path):
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs=logs))
-    assert fakes.main(["validate", "--out", str(tmp_path / "v.json"), "--output", "json"]) == 1
+    assert fakes.main(["validate", "--out", str(tmp_path / "v.json"), "--output", "json", "--image", IMAGE]) == 1
     data = json.loads(capsys.readouterr().out)
     failed = [c for c in data["checks"] if c["status"] == "FAIL"]
     assert {c["name"] for c in failed} >= {"all_reduce_perf network", "alltoall_perf network"}

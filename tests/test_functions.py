@@ -315,3 +315,87 @@ def test_clock_does_not_renotify_once_drained(env):
     c.nodegroups(current=0, target=0)
     assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
     assert c.kube.calls == [], "no Kubernetes call once the groups are at 0"
+
+
+# --- overlapping invocations -----------------------------------------------------------------------
+# Nothing serializes the lifecycle function any more (no reserved concurrency), and Lambda may deliver
+# the same asynchronous event more than once ("your function can receive the same event multiple
+# times", https://docs.aws.amazon.com/lambda/latest/dg/invocation-async.html). EKS refuses an
+# UpdateNodegroupConfig while another update of the group runs: ResourceInUseException, "The specified
+# resource is in use." (botocore eks model, UpdateNodegroupConfig errors).
+
+
+def _describe(c, name, desired):
+    c.stubs["eks"].add_response(
+        "describe_nodegroup",
+        {"nodegroup": {"nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired}}},
+        {"clusterName": "c", "nodegroupName": name},
+    )
+
+
+def _update(c, name, desired, *, in_use=False):
+    params = {"clusterName": "c", "nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired}}
+    if in_use:
+        c.stubs["eks"].add_client_error(
+            "update_nodegroup_config", "ResourceInUseException", "Nodegroup is being updated", 409, expected_params=params
+        )
+    else:
+        c.stubs["eks"].add_response("update_nodegroup_config", {"update": {"id": "u"}}, params)
+
+
+def test_two_scale_ups_at_once_converge_and_notify_once(env):
+    """The second of two overlapping Delivered invocations meets EKS's ResourceInUseException on both groups:
+    the groups already have the target size, so it ends cleanly and stays quiet (the first one notified)."""
+    c = Clients()
+    for name in GROUPS:
+        _describe(c, name, 0)
+    for name in GROUPS:
+        _update(c, name, 2, in_use=True)
+        _describe(c, name, 2)
+    assert c.run({"detail-type": reservation.DELIVERED[0]}) == {"action": "scale-up", "serving": "restored"}
+
+
+def test_a_duplicate_delivered_event_after_the_scale_up_is_quiet(env):
+    """Groups already at their plan sizes: no update, no second notification; serving is patched to the same replicas."""
+    c = Clients()
+    c.nodegroups(current=2, target=2)
+    assert c.run({"detail-type": reservation.DELIVERED[1]}) == {"action": "scale-up", "serving": "restored"}
+
+
+def test_a_refused_update_that_did_not_converge_is_raised_for_lambdas_retry(env):
+    """ResourceInUse from some other update (a version upgrade): the group is not at the target, so the
+    invocation fails and Lambda retries the event instead of reporting a scale-up that did not happen."""
+    c = Clients()
+    for name in GROUPS:
+        _describe(c, name, 0)
+    _update(c, "g-decode", 2, in_use=True)
+    _describe(c, "g-decode", 0)
+    for stub in c.stubs.values():
+        stub.activate()
+    with pytest.raises(c.eks.exceptions.ResourceInUseException):
+        block_lifecycle.handler({"detail-type": reservation.DELIVERED[0]}, None, clients=c.as_dict(), now=NOW, kube=c.kube, sleep=_no_sleep)
+
+
+def test_a_tick_during_a_running_drain_converges_without_a_second_notice(env):
+    """A 5-minute tick lands while the T-60 drain still waits for pods: it scales the LeaderWorkerSets to 0 again
+    (the same merge patch), and finds the node group updates already under way at 0."""
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(minutes=55))
+    for name in GROUPS:
+        _describe(c, name, 2)
+    for name in GROUPS:
+        _update(c, name, 0, in_use=True)
+        _describe(c, name, 0)
+    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain", "serving": "drained"}
+    assert [call for call in c.kube.calls if call[0] == "scale"] == [("scale", "ns", "lws-decode", 0), ("scale", "ns", "lws-prefill", 0)]
+
+
+def test_the_expiration_warning_during_a_drain_converges_without_a_second_notice(env):
+    c = Clients()
+    for name in GROUPS:
+        _describe(c, name, 2)
+    _update(c, "g-decode", 0, in_use=True)
+    _describe(c, "g-decode", 0)
+    _update(c, "g-prefill", 0)
+    c.notified()  # this invocation scaled prefill itself: it says so
+    assert c.run({"detail-type": reservation.EXPIRING[0]}) == {"action": "scale-down", "serving": "drained"}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import boto3
@@ -11,7 +13,7 @@ from botocore.stub import Stubber
 
 from pdkit.functions import start_build
 from pdkit.images import _versions_module
-from tests.conftest import synth
+from tests.conftest import ROOT, synth
 
 
 def test_plan_tags_come_from_the_versions_file(kit):
@@ -44,27 +46,99 @@ def test_build_runs_in_region_privileged_for_docker_on_amd64(kit):
     )
 
 
+def _build_steps(kit) -> list[str]:
+    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
+    return json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+
+
 def test_build_spec_pushes_each_planned_tag_and_skips_existing(kit):
+    commands = " ".join(_build_steps(kit))
+    for image in kit.plan.images.values():
+        ref = f"$REGISTRY/{image.repository}:{image.tag}"
+        assert f"imageTag={image.tag}" in commands, "an existing immutable tag is skipped, not rebuilt"
+        assert f"bash containers/build.sh {image.name} {ref} --push" in commands, "build, import-test and push as a local build does"
+
+
+def _run_step(step: str, tmp_path: Path, *, aws_exit: int, aws_output: str) -> subprocess.CompletedProcess[str]:
+    """Run one buildspec build command with /bin/sh (CodeBuild's default shell) against a stand-in `aws` and build script."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    aws = bin_dir / "aws"
+    aws.write_text(f"#!/bin/sh\ncat <<'EOF' >&2\n{aws_output}\nEOF\nexit {aws_exit}\n")
+    aws.chmod(0o755)
+    (tmp_path / "containers").mkdir(exist_ok=True)
+    (tmp_path / "containers" / "build.sh").write_text('echo "BUILT $1"\n')
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "REGISTRY": "111122223333.dkr.ecr.eu-south-2.amazonaws.com"}
+    return subprocess.run(["/bin/sh", "-c", step], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+
+
+def test_build_step_builds_only_when_ecr_says_the_tag_is_missing(kit, tmp_path):
+    """DescribeImages answers ImageNotFoundException for a tag that does not exist; any other error (AccessDeniedException for a
+    missing ecr:DescribeImages grant, RepositoryNotFoundException, throttling) must fail the build, not be read as "missing"
+    and start a rebuild whose push to the IMMUTABLE repository then fails.
+    https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DescribeImages.html (Errors); the AWS CLI exits 254
+    and prints "An error occurred (<Code>) when calling the <Operation> operation: <Message>"
+    (https://docs.aws.amazon.com/cli/latest/topic/return-codes.html).
+    """
+    step = _build_steps(kit)[0]
+    found = _run_step(step, tmp_path, aws_exit=0, aws_output="{}")
+    assert found.returncode == 0
+    assert "BUILT" not in found.stdout
+    assert "exists, skipping" in found.stdout
+    missing = _run_step(
+        step,
+        tmp_path,
+        aws_exit=254,
+        aws_output="An error occurred (ImageNotFoundException) when calling the DescribeImages operation: "
+        "The image with imageId {imageDigest:'null', imageTag:'x'} does not exist within the repository",
+    )
+    assert missing.returncode == 0, missing.stderr
+    assert "BUILT" in missing.stdout
+    denied = _run_step(
+        step,
+        tmp_path,
+        aws_exit=254,
+        aws_output="An error occurred (AccessDeniedException) when calling the DescribeImages operation: "
+        "User: arn:aws:sts::111122223333:assumed-role/build is not authorized to perform: ecr:DescribeImages",
+    )
+    assert denied.returncode != 0
+    assert "BUILT" not in denied.stdout
+    assert "AccessDeniedException" in denied.stderr, "the reason reaches the build log"
+
+
+def test_build_spec_pulls_nothing_from_docker_hub_to_build(kit):
+    """`docker buildx create` makes a docker-container builder, which pulls moby/buildkit from Docker Hub: anonymous pulls from
+    CodeBuild's shared addresses hit Docker Hub's pull limits (https://docs.docker.com/docker-hub/usage/pulls/). Docker's own
+    builder (https://docs.docker.com/build/builders/drivers/docker/) needs no image and loads the result for the smoke test.
+    """
     (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
     spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
-    commands = " ".join(spec["phases"]["build"]["commands"])
-    for image in kit.plan.images.values():
-        assert f"$REGISTRY/{image.repository}:{image.tag}" in commands
-        assert f"imageTag={image.tag}" in commands, "an existing immutable tag is skipped, not rebuilt"
-    assert "--platform linux/amd64" in commands
-    assert "containers/build_args.py" in commands, "build args come from versions.yaml, as for local builds"
+    commands = " ".join(command for phase in spec["phases"].values() for command in phase.get("commands", []))
+    assert "buildx create" not in commands
+    script = (ROOT / "containers" / "build.sh").read_text()
+    assert "buildx create" not in script
+    assert "--load" in script
 
 
-def test_build_spec_uses_the_dockerfile_and_context_of_the_versions_file(kit):
-    """CodeBuild builds what a local build builds: the same Dockerfile and context (whose allow-list is next to the Dockerfile)."""
+def test_build_spec_exports_the_resolved_base_digests(kit):
+    """The digests each build resolved reach the build's record (exported variable) so the next build can be pinned to them."""
+    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
+    spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+    assert spec["env"]["exported-variables"] == ["BASE_IMAGE_DIGESTS"]
+    assert "--record base-digests.txt" in " ".join(_build_steps(kit))
+    assert any("BASE_IMAGE_DIGESTS=" in c and "base-digests.txt" in c for c in spec["phases"]["post_build"]["commands"])
+
+
+def test_build_uses_the_dockerfile_and_context_of_the_versions_file(kit):
+    """CodeBuild builds what a local build builds: build.sh takes the Dockerfile and context from versions.yaml."""
     versions = _versions_module()
     doc = versions.load(versions.VERSIONS_FILE)
-    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
-    steps = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
     for image in kit.plan.images.values():
-        (step,) = [s for s in steps if f"containers/build_args.py {image.name})" in s]
+        printed = subprocess.run(
+            [sys.executable, str(ROOT / "containers" / "build_args.py"), image.name, "--paths"], capture_output=True, text=True, check=True
+        ).stdout.split()
         spec = doc["images"][image.name]
-        assert f" -f {spec['dockerfile']} {spec['context']}; fi" in step, step
+        assert printed == [spec["dockerfile"], spec["context"]]
 
 
 def _staged_source(kit) -> Path:

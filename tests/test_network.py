@@ -84,7 +84,8 @@ def test_endpoint_security_group_allows_only_https_from_the_vpc(kit):
 def test_flow_logs_capture_all_traffic_into_an_encrypted_log_group(kit):
     t = kit.template("network")
     t.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "LogDestinationType": "cloud-watch-logs", "ResourceType": "VPC"})
-    t.has_resource_properties("AWS::Logs::LogGroup", {"KmsKeyId": Match.any_value(), "RetentionInDays": 90})
+    # A year by default: Control Tower's CT.CLOUDWATCH.PR.2 refuses less (ct-cloudwatch-pr-2.guard).
+    t.has_resource_properties("AWS::Logs::LogGroup", {"KmsKeyId": Match.any_value(), "RetentionInDays": 365})
     t.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 

@@ -84,7 +84,7 @@ def test_addon_is_pinned_with_pod_identity_for_the_agent(built):
 def test_addon_log_groups_are_encrypted_with_retention(built):
     groups = [g for g in _resources(built, "AWS::Logs::LogGroup", "cluster") if "containerinsights" in json.dumps(g.get("LogGroupName"))]
     assert len(groups) == 4
-    assert all(g["RetentionInDays"] == 90 and "KmsKeyId" in g for g in groups)
+    assert all(g["RetentionInDays"] == 365 and "KmsKeyId" in g for g in groups)
 
 
 @pytest.mark.parametrize("version", ["v1.5.2-eksbuild.1", "v3.0.9-eksbuild.2"])

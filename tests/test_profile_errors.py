@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -173,3 +174,165 @@ def test_invalid_yaml_names_the_line(tmp_path, capsys):
     bad.write_text("name: x\naws:\n  region: [unclosed\n")
     assert main(["plan", "--profile", str(bad)]) == 2
     assert "not valid YAML at line" in capsys.readouterr().err
+
+
+# Broken files, as an operator hands them to `pdkit plan --profile FILE`: (id, how to make it, words the line must contain).
+# A value of `bytes`/`str` is written to bad.yaml; a callable makes the path itself (directory, pipe).
+DEFAULT_TEXT = (profile_files.CONFIG_DIR / "glm51-fp8-2p2d.yaml").read_text()
+LAST_LINE = len(DEFAULT_TEXT.splitlines())
+
+
+def _line(start: str) -> int:
+    """Line number of the default profile's first line starting with `start`."""
+    return next(n for n, line in enumerate(DEFAULT_TEXT.splitlines(), 1) if line.startswith(start))
+
+
+BOMB = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 9)).replace("*l0", '"lol"')
+
+
+def _mkdir(path):
+    path.mkdir()
+    return path
+
+
+def _fifo(path):
+    os.mkfifo(path)
+    return path
+
+
+FILE_CASES = [
+    ("duplicate-top-level-key", DEFAULT_TEXT + "name: other-name\n", f"duplicate key 'name' at lines {_line('name:')} and {LAST_LINE + 1}"),
+    (
+        "duplicate-nested-key-undoing-placement-fix",
+        DEFAULT_TEXT.replace("  placement_group: cluster", "  placement_group: none\n  placement_group: cluster"),
+        f"duplicate key 'placement_group' at lines {_line('  placement_group:')} and {_line('  placement_group:') + 1}",
+    ),
+    (
+        "duplicate-key-in-flow-mapping",
+        DEFAULT_TEXT.replace("mtp", "x") + "bench: {input_len: 1, input_len: 2}\n",
+        "duplicate key 'input_len'",
+    ),
+    ("binary-file", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "a binary file, not YAML text"),
+    (
+        "latin-1-file",
+        DEFAULT_TEXT.replace("Mooncake", "Mooncaké").encode("latin-1"),
+        f"not UTF-8 text (byte 0xe9 at line {_line('description:')})",
+    ),
+    ("utf-16-file", DEFAULT_TEXT.encode("utf-16"), "UTF-16 text. Fix: save it as UTF-8"),
+    ("over-1-mib", DEFAULT_TEXT + "#" * (1 << 20) + "\n", "a profile is a few KB (limit 1048576)"),
+    ("directory", _mkdir, "is a directory. Fix: pass the .yaml file inside it"),
+    ("named-pipe", _fifo, "is not a regular file"),
+    ("missing-file", lambda path: path, "does not exist"),
+    (
+        "alias-bomb-under-description",
+        DEFAULT_TEXT.replace("description: GLM", "x: GLM") + BOMB + "description: *l8\n",
+        "expands to more than 5000",
+    ),
+    ("alias-inside-its-anchor", DEFAULT_TEXT + "bench: &b {concurrency: *b}\n", "alias *b is used inside its own anchor"),
+    ("undefined-alias", DEFAULT_TEXT + "bench: *nowhere\n", "found undefined alias"),
+    ("nested-2000-deep", DEFAULT_TEXT + "bench: " + "[" * 2000 + "]" * 2000 + "\n", "exceeded maximum nesting depth"),
+    ("nested-40-deep", DEFAULT_TEXT + "bench: " + "[" * 40 + "]" * 40 + "\n", "nested deeper than 32 levels"),
+    (
+        "impossible-date",
+        DEFAULT_TEXT.replace("  duration_hours: 48", "  duration_hours: 48\n  expected_start: 2026-13-45"),
+        "month must be in 1..12",
+    ),
+    (
+        "integer-over-4300-digits",
+        DEFAULT_TEXT.replace("instance_count: 4", "instance_count: " + "4" * 5000),
+        "Exceeds the limit (4300 digits)",
+    ),
+    ("python-tag", DEFAULT_TEXT + "bench: !!python/object/apply:os.system [true]\n", "could not determine a constructor"),
+    ("two-documents", DEFAULT_TEXT + "---\n" + DEFAULT_TEXT, "keep one document per file"),
+    (
+        "control-character-after-non-ascii",
+        DEFAULT_TEXT.replace("(2P2D)", "(2P2D) é").replace("eu-south-2a ", "eu-south-2a\x07 "),
+        f"control character U+0007 at line {_line('  availability_zone:')}",
+    ),
+    (
+        "tab-indentation",
+        DEFAULT_TEXT.replace("  region: eu-south-2", "\tregion: eu-south-2"),
+        f"not valid YAML at line {_line('  region:')}",
+    ),
+    ("empty-file", "", "a profile is a YAML mapping"),
+    ("list-document", "- name: x\n", "a profile is a YAML mapping"),
+    ("key-with-newline", DEFAULT_TEXT + '"bench\\nmark": 1\n', "'bench\\nmark' = 1: unknown field"),
+    ("pasted-blob-as-name", DEFAULT_TEXT.replace("name: glm51-2p2d", "name: " + "x" * 100_000), "name = 'xxxxxxxx"),
+    ("six-thousand-item-list", DEFAULT_TEXT + "bench: {concurrency: [" + ", ".join(["1"] * 6_000) + "]}\n", "expands to more than 5000"),
+    (
+        "billion-nodes-per-replica",
+        DEFAULT_TEXT.replace(
+            "nodes_per_replica: 2\n    parallelism:        # attention DP16",
+            "nodes_per_replica: 1000000000\n    parallelism:        # attention DP16",
+        ),
+        "roles.decode.parallelism.tp = 16: tp x pp = 16 x 1 = 16, but one replica has 1000000000 node(s)",
+    ),
+    ("range-mem-fraction", DEFAULT_TEXT.replace("mem_fraction_static: 0.85", "mem_fraction_static: 1.5"), "must be in (0.3, 0.96)"),
+    ("range-warning-minutes", DEFAULT_TEXT + "observability: {block_end_warning_minutes: 30}\n", "use a value >= 45"),
+    ("section-is-a-string", DEFAULT_TEXT.replace("serving:\n  kv_transfer: mooncake", "serving: mooncake"), "serving = 'mooncake'"),
+    ("unquoted-kubernetes-version", DEFAULT_TEXT.replace('"1.36"', "1.36"), "cluster.kubernetes_version = 1.36"),
+    ("yes-as-placement-group", DEFAULT_TEXT.replace("placement_group: cluster", "placement_group: no"), "capacity.placement_group = False"),
+]
+
+
+@pytest.mark.parametrize(("make", "words"), [c[1:] for c in FILE_CASES], ids=[c[0] for c in FILE_CASES])
+def test_broken_file_gets_one_line_fast(tmp_path, capsys, make, words):
+    """Every kind of broken file ends `pdkit plan --profile FILE` with exit 2 and one line naming the
+    file or the field and the fix, within 2 s and 64 MiB of Python allocations (tracemalloc peak).
+
+    PyYAML's SafeLoader keeps the last of two equal keys (https://github.com/yaml/pyyaml/issues/165)
+    although the spec requires unique keys (https://yaml.org/spec/1.2.2/#mapping); it shares aliased
+    objects, which pydantic and repr() then walk once per use (the billion-laughs shape: 9^8 strings
+    here); its reader refuses control characters with a ReaderError that has no line
+    (yaml/reader.py, check_printable); and int() refuses over 4300 digits with a ValueError
+    (https://docs.python.org/3/library/stdtypes.html#int-max-str-digits). The bounds are loose on
+    purpose: the same files took seconds to minutes and gigabytes before (49 s and 2.5 GB for a bomb).
+    """
+    import time
+    import tracemalloc
+
+    from pdkit.cli import main
+
+    path = tmp_path / "bad.yaml"
+    if callable(make):
+        path = make(path)
+    else:
+        path.write_bytes(make if isinstance(make, bytes) else make.encode())
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        code = main(["plan", "--profile", str(path)])
+    finally:
+        elapsed = time.monotonic() - started
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert words in err
+    assert "Fix: " in err
+    assert str(path) in err
+    assert len(err) < 400, "a value in the line is cut short"
+    assert elapsed < 2.0
+    assert peak < 64 << 20
+
+
+def test_at_least_25_kinds_of_broken_file():
+    assert len({c[0] for c in FILE_CASES}) >= 25
+
+
+def test_cdk_app_refuses_a_duplicate_key_in_one_line(tmp_path):
+    """`make synth PROFILE=FILE` runs `python3 app.py` (cdk.json "app"); the CDK CLI prints the app's
+    stderr and then its own "Subprocess exited with error 2", so the app itself must print just the line."""
+    bad = tmp_path / "dup.yaml"
+    bad.write_text(DEFAULT_TEXT.replace("  placement_group: cluster", "  placement_group: none\n  placement_group: cluster"))
+    env = {"CDK_CONTEXT_JSON": json.dumps({"profile": str(bad)}), "CDK_OUTDIR": str(tmp_path / "out"), "PATH": os.environ["PATH"]}
+    result = _run(["app.py"], env=env, cwd=profile_files.ROOT)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"error: {bad}: duplicate key 'placement_group' at lines {_line('  placement_group:')} and {_line('  placement_group:') + 1}"
+        " (YAML keeps only the last). Fix: keep one of them\n"
+    )
+    assert not list((tmp_path / "out").glob("*.template.json"))

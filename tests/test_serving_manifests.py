@@ -432,7 +432,9 @@ def test_render_command_writes_one_file_per_object_in_apply_order(tmp_path, seed
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--profile")
     render_cmd.register(parser.add_subparsers(), common)
-    args = parser.parse_args(["render", "--out", str(tmp_path), "--image", "registry.example/sglang:1"])
+    args = parser.parse_args(
+        ["render", "--out", str(tmp_path), "--image", "registry.example/sglang:1", "--weights-bucket", "weights-bucket"]
+    )
     assert args.handler(args) == 0
     files = sorted(tmp_path.glob("*.yaml"))
     assert files[0].name == "00-namespace-pd-serving.yaml"

@@ -237,12 +237,13 @@ def test_wait_says_when_an_attempt_failed_and_when_the_pod_is_stuck(aws, cluster
 
 def test_render_prints_the_job_without_aws_or_kubernetes(aws, monkeypatch, capsys):
     monkeypatch.setattr(weights_job, "connect", lambda context: pytest.fail("--render must not touch the cluster"))
-    assert main(["weights", "import", "--render", "--deadline-hours", "5"]) == 0
+    registry = ["--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com", "--bucket", BUCKET]
+    assert main(["weights", "import", "--render", "--deadline-hours", "5", *registry]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     kubernetes_validate.validate(job, "1.36.0", strict=True)
     assert job["kind"] == "Job"
     assert job["spec"]["activeDeadlineSeconds"] == 5 * 3600
-    assert "000000000000.dkr.ecr.eu-south-2.amazonaws.com/" in job["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert "123456789012.dkr.ecr.eu-south-2.amazonaws.com/" in job["spec"]["template"]["spec"]["containers"][0]["image"]
     assert aws.requested == [], "no AWS client was even created"
 
 

@@ -27,7 +27,8 @@ class Seed:
     availability_zone: str
     network_hops: int
     moe_messages_per_token: int
-    ttft_change_pct: float
+    ttft_difference_pct: float  # a magnitude: the source says the two differ by 9%, not which is faster
+    ttft_quote: str
     mean_tpot_change_pct: float
     max_itl_change_pct: float
     mean_tpot_gap_ms: float
@@ -55,6 +56,11 @@ class Seed:
         return self.roce_max_itl_ms / self.efa_max_itl_ms
 
     @property
+    def ttft_published(self) -> str:
+        """What the source says about TTFT, and no more: a difference with no direction."""
+        return f"{self.ttft_difference_pct:.0f}% apart, direction not stated (“{self.ttft_quote}”)"
+
+    @property
     def citation(self) -> str:
         return f"{self.publisher}, {self.published}, “{self.title}” (archived as {self.archived_as})"
 
@@ -73,7 +79,8 @@ def load() -> Seed:
         availability_zone=layout["availability_zone"],
         network_hops=int(layout["network_hops"]),
         moe_messages_per_token=int(layout["moe_messages_per_token"]),
-        ttft_change_pct=float(rel["ttft_change_pct"]),
+        ttft_difference_pct=float(rel["ttft_difference_pct"]),
+        ttft_quote=str(rel["ttft_quote"]),
         mean_tpot_change_pct=float(rel["mean_tpot_change_pct"]),
         max_itl_change_pct=float(rel["max_itl_change_pct"]),
         mean_tpot_gap_ms=float(rel["mean_tpot_gap_ms"]),

@@ -10,7 +10,21 @@ import argparse
 from importlib import import_module
 
 # Order is the order of `pdkit --help`.
-MODULES = ("plan", "capacity", "preflight", "topology", "nodes", "weights", "render", "status", "smoke", "validate", "bench", "report")
+MODULES = (
+    "plan",
+    "capacity",
+    "preflight",
+    "deploy_check",
+    "topology",
+    "nodes",
+    "weights",
+    "render",
+    "status",
+    "smoke",
+    "validate",
+    "bench",
+    "report",
+)
 
 
 def register_all(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:

@@ -35,7 +35,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p.add_argument("--concurrency", type=_levels, metavar="N,N,...", help="levels to run (default: the profile's bench.concurrency)")
     p.add_argument("--tokenizer", metavar="ID|PATH", help="tokenizer for bench_serving (default: the model's Hugging Face id)")
     p.add_argument("--image", metavar="URI", help="image with SGLang (default: the plan's serving image)")
-    p.add_argument("--registry", metavar="HOST", help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com)")
+    p.add_argument(
+        "--registry",
+        metavar="HOST",
+        help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com from aws.account; required when the profile sets none)",
+    )
     p.add_argument(
         "--timeout", type=float, metavar="MINUTES", help="stop waiting after this long (default: from the profile's p99 alarm limits)"
     )
@@ -50,12 +54,13 @@ def run(args: argparse.Namespace) -> int:
 
     from pdkit.bench import manifests
     from pdkit.bench.run import deadline_seconds
-    from pdkit.context import load_plan
+    from pdkit.context import load_plan, pdkit_command, refuse_placeholders
     from pdkit.serving.inputs import default_registry
 
     plan = load_plan(args.profile)
     levels = manifests.check_levels(args.concurrency or plan.profile.bench.concurrency)
     image = args.image or plan.images["sglang-efa"].uri(args.registry or default_registry(plan))
+    refuse_placeholders(plan, "pdkit bench", ((image, "--registry"),))
     deadline = int(args.timeout * 60) if args.timeout else deadline_seconds(plan, levels)
     if args.render:
         objs = manifests.render(plan, image=image, run_id="render", levels=levels, tokenizer=args.tokenizer, deadline_s=deadline)
@@ -101,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         title=f"{plan.name}: bench_serving through the router",
         status_column=1,
     )
-    console.say(f"Saved in {out}. Next: pdkit report --bench {out} --out {out}/report")
+    console.say(f"Saved in {out}. Next: {pdkit_command(args, f'report --bench {out} --out {out}/report')}")
     if result.problem:
         console.say(f"The Job stopped early: {result.problem}")
     return 0 if result.ok else 1

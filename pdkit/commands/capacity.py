@@ -7,10 +7,12 @@ stacks only consume the cr- id from the profile.
 from __future__ import annotations
 
 import argparse
+import shlex
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pdkit import purchase
     from pdkit.capacity import Offering, OfferingQuery
     from pdkit.plan import Plan
 
@@ -63,7 +65,7 @@ def _time(text: str) -> datetime:
 def run_offerings(args: argparse.Namespace) -> int:
     from pdkit import aws_errors, capacity, console
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import load_plan, pdkit_command
 
     plan = load_plan(args.profile)
     aws = Aws.for_args(args, plan)
@@ -100,14 +102,15 @@ def run_offerings(args: argparse.Namespace) -> int:
         console.say(
             f"* not the profile's AZ ({plan.block_az}): after buying one, set aws.availability_zone to its AZ in {plan.profile_path}."
         )
-    console.say(f"Next: pdkit capacity buy {found[0].id}{_query_flags(args)}  (shows the fee again, dry-runs, then asks you to type it)")
+    buy = pdkit_command(args, f"capacity buy {found[0].id}{_query_flags(args)}")
+    console.say(f"Next: {buy}  (shows the fee again, dry-runs, then asks you to type it)")
     return 0
 
 
 def run_buy(args: argparse.Namespace) -> int:
-    from pdkit import aws_errors, capacity, console, purchase
+    from pdkit import aws_errors, capacity, console, fee_prompt, purchase
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan, pdkit_command
     from pdkit.errors import KitError
 
     plan = load_plan(args.profile)
@@ -130,21 +133,44 @@ def run_buy(args: argparse.Namespace) -> int:
         for note in _mismatches(offer, plan):
             console.say(f"  Note: {note}")
         what = f"{offer.instance_count} x {offer.instance_type} for {offer.hours} h"
-
-        def request(dry: bool) -> dict[str, Any]:
-            reply: dict[str, Any] = aws.ec2.purchase_capacity_block(
-                CapacityBlockOfferingId=offer.id, InstancePlatform=capacity.PLATFORM, DryRun=dry
-            )
-            return reply
-
-        bought = purchase.guarded(
+        purchase_id = purchase.new_purchase_id()
+        outcome = fee_prompt.guarded(
             what=what,
             fee=offer.upfront_fee,
             currency=offer.currency,
-            dry=lambda: request(True),
-            buy=lambda: request(False),
+            dry=lambda: aws.purchase_ec2.purchase_capacity_block(**purchase.block_request(offer.id, purchase_id, dry=True)),
+            buy=lambda: purchase.buy_block(aws.purchase_ec2, aws.ec2, offer, purchase_id),
             assume_yes=args.yes,
         )
+    if outcome.status != "bought":
+        lookup = (
+            f"aws ec2 describe-capacity-reservations --region {aws.region}{_aws_cli_profile(args)} "
+            f"--filters Name=instance-type,Values={offer.instance_type} "
+            f"Name=availability-zone,Values={offer.availability_zone} "
+            '--query "CapacityReservations[].[CapacityReservationId,State,StartDate,EndDate,Tags]"'
+        )
+        _report_unclear(outcome, what=f"the purchase of {what} ({offer.id})", tagged=f"{purchase.PURCHASE_TAG}={purchase_id}")
+        ids = ", ".join(f.reservation_id for f in outcome.found)
+        if any(f.certain for f in outcome.found):
+            raise KitError(
+                f"the purchase went through despite the unclear answer ({outcome.failure}): {ids} carries this purchase's tag. "
+                f"Fix: do not buy again; put {ids} in capacity.reservation_id in {plan.profile_path}, "
+                f"then `{pdkit_command(args, 'capacity status')}`"
+            )
+        if outcome.found:
+            raise KitError(
+                f"the purchase may have gone through ({outcome.failure}): {ids} has the offering's type, AZ, count and dates "
+                "but not this purchase's tag, so it may be an earlier block. Fix: do not buy again until you have checked it: "
+                f"`aws ec2 describe-capacity-reservations --capacity-reservation-ids {outcome.found[0].reservation_id} "
+                f"--region {aws.region}{_aws_cli_profile(args)}`"
+            )
+        raise KitError(
+            f"the purchase may have gone through ({outcome.failure}), and "
+            + (f"the check for it failed ({outcome.lookup_failure})" if outcome.lookup_failure else "it is not visible yet")
+            + f". Fix: before buying anything again, look for a reservation tagged {purchase.PURCHASE_TAG}={purchase_id} "
+            f"in a few minutes (EC2 is eventually consistent): `{lookup}`"
+        )
+    bought = outcome.reply or {}
     reservation = bought.get("CapacityReservation", {})
     cr = reservation.get("CapacityReservationId", "?")
     console.say(
@@ -154,14 +180,38 @@ def run_buy(args: argparse.Namespace) -> int:
     console.say(f"  capacity:\n    reservation_id: {cr}")
     if offer.availability_zone != plan.block_az:
         console.say(f"  aws:\n    availability_zone: {offer.availability_zone}   # was {plan.block_az}")
-    console.say("Next: pdkit capacity status, then pdkit preflight.")
+    console.say(in_context(args, "Next: `pdkit capacity status`, then `pdkit preflight`."))
     return 0
+
+
+def _aws_cli_profile(args: argparse.Namespace) -> str:
+    """The AWS CLI's --profile for the credentials this command used, so a printed check looks in the same account."""
+    return f" --profile {shlex.quote(args.aws_profile)}" if getattr(args, "aws_profile", None) else ""
+
+
+def _report_unclear(outcome: purchase.Outcome, *, what: str, tagged: str | None) -> None:
+    """What the lookup after an unclear answer saw, before the one-line error that ends the command."""
+    from pdkit import console
+
+    console.say(f"EC2 gave no clear answer to {what}: {outcome.failure}. It may have gone through; it was not sent again.")
+    looked = f"tag {tagged}" if tagged else "the extension history"
+    if outcome.lookup_failure:
+        console.say(f"Looked for it by {looked}, but the check failed: {outcome.lookup_failure}")
+        return
+    if not outcome.found:
+        console.say(f"Looked for it by {looked}: nothing found yet.")
+        return
+    console.table(
+        ("found", "state", "start", "end", "matched by"),
+        ((f.reservation_id, f.state, console.when(f.start), console.when(f.end), f.matched_by) for f in outcome.found),
+        title="What EC2 shows now",
+    )
 
 
 def run_status(args: argparse.Namespace) -> int:
     from pdkit import aws_errors, capacity, console
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan, pdkit_command
 
     plan = load_plan(args.profile)
     cr = capacity.require_reservation(plan)
@@ -196,20 +246,20 @@ def run_status(args: argparse.Namespace) -> int:
     ]
     console.table(("", ""), rows, title=f"Capacity Block {res.id} in {aws.region}")
     if todo:
-        console.say(f"Next: {todo}")
+        console.say(in_context(args, f"Next: {todo}"))
     elif left:
         drain = plan.drain_lead_minutes
         console.say(
             f"The kit drains serving {drain} min before the end, EC2 warns at T-40 and EKS scales the node groups to 0, "
-            "EC2 terminates at T-30. More time: pdkit capacity extend"
+            f"EC2 terminates at T-30. More time: {pdkit_command(args, 'capacity extend')}"
         )
     return 0
 
 
 def run_extend(args: argparse.Namespace) -> int:
-    from pdkit import aws_errors, capacity, console, purchase
+    from pdkit import aws_errors, capacity, console, fee_prompt, purchase
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import load_plan, pdkit_command
     from pdkit.errors import KitError
 
     plan = load_plan(args.profile)
@@ -232,7 +282,7 @@ def run_extend(args: argparse.Namespace) -> int:
                 ((o.id, f"{o.hours} h", console.when(o.end), capacity.money(o.upfront_fee, o.currency)) for o in offers),
                 title=f"Extensions of {cr} (ends {console.when(res.end)})",
             )
-            console.say(f"Next: pdkit capacity extend {offers[0].id} --hours {args.hours}")
+            console.say(f"Next: {pdkit_command(args, f'capacity extend {offers[0].id} --hours {args.hours}')}")
             return 0
         offer = next((o for o in offers if o.id == args.offering_id), None)
         if offer is None:
@@ -245,20 +295,28 @@ def run_extend(args: argparse.Namespace) -> int:
             f"upfront fee {capacity.money(offer.upfront_fee, offer.currency)}, charged now, cannot be cancelled."
         )
 
-        def request(dry: bool) -> dict[str, Any]:
-            reply: dict[str, Any] = aws.ec2.purchase_capacity_block_extension(
-                CapacityBlockExtensionOfferingId=offer.id, CapacityReservationId=cr, DryRun=dry
-            )
-            return reply
-
-        bought = purchase.guarded(
+        outcome = fee_prompt.guarded(
             what=f"a {offer.hours} h extension of {cr}",
             fee=offer.upfront_fee,
             currency=offer.currency,
-            dry=lambda: request(True),
-            buy=lambda: request(False),
+            dry=lambda: aws.purchase_ec2.purchase_capacity_block_extension(**purchase.extension_request(offer.id, cr, dry=True)),
+            buy=lambda: purchase.extend_block(aws.purchase_ec2, aws.ec2, offer, cr),
             assume_yes=args.yes,
         )
+    if outcome.status != "bought":
+        _report_unclear(outcome, what=f"the {offer.hours} h extension of {cr} ({offer.id})", tagged=None)
+        history = f"aws ec2 describe-capacity-block-extension-history --capacity-reservation-ids {cr} --region {aws.region}{_aws_cli_profile(args)}"
+        if outcome.found:
+            raise KitError(
+                f"the extension went through despite the unclear answer ({outcome.failure}): status {outcome.found[0].state}. "
+                f"Fix: do not extend again; follow it with `{pdkit_command(args, 'capacity status')}` and `{history}`"
+            )
+        raise KitError(
+            f"the extension may have gone through ({outcome.failure}), and "
+            + (f"the check for it failed ({outcome.lookup_failure})" if outcome.lookup_failure else "it is not in the history yet")
+            + f". Fix: before extending again, check in a few minutes (EC2 is eventually consistent): `{history}`"
+        )
+    bought = outcome.reply or {}
     extensions = bought.get("CapacityBlockExtensions", [])
     status = extensions[0].get("CapacityBlockExtensionStatus", "?") if extensions else "?"
     if status == "payment-succeeded":
@@ -270,7 +328,7 @@ def run_extend(args: argparse.Namespace) -> int:
             f"(12 h, or 35 min before the end), it still ends {console.when(res.end)}."
         )
     console.say(
-        "The kit's drain follows the reservation's current end date. Check: pdkit capacity status "
+        f"The kit's drain follows the reservation's current end date. Check: {pdkit_command(args, 'capacity status')} "
         f"(extension payments: aws ec2 describe-capacity-block-extension-history --capacity-reservation-ids {cr} --region {aws.region})"
     )
     return 0

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
 def run(args: argparse.Namespace) -> int:
     from pdkit import aws_errors, capacity, console, kube, nodes
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan, pdkit_command
     from pdkit.errors import KitError
 
     plan = load_plan(args.profile)
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             for line in nodes.scale_serving(plan, lambda: kube.connect(args.kube_context), up=True):
                 console.say(line)
         if args.no_wait:
-            console.say("Sizes accepted; instances follow in minutes. Watch: pdkit status")
+            console.say(f"Sizes accepted; instances follow in minutes. Watch: {pdkit_command(args, 'status')}")
             return 0
         with console.progress() as bar:
             tasks = {
@@ -86,17 +86,27 @@ def run(args: argparse.Namespace) -> int:
                 ]
                 detail = "; ".join(issues) or f"instance states {stuck.args[0]}"
                 raise KitError(
-                    f"after {args.timeout:g} min the node groups have not reached their sizes ({detail}). "
-                    "Fix: if it is InsufficientInstanceCapacity with a placement group, set capacity.placement_group: none and follow "
-                    "runbooks/01-cluster.md (nodes down, make deploy, nodes up); "
-                    "otherwise check the block with `pdkit capacity status`"
+                    in_context(
+                        args,
+                        f"after {args.timeout:g} min the node groups have not reached their sizes ({detail}). "
+                        "Fix: if it is InsufficientInstanceCapacity with a placement group, set capacity.placement_group: none and follow "
+                        "runbooks/01-cluster.md (nodes down, make deploy, nodes up); "
+                        "otherwise check the block with `pdkit capacity status`",
+                    )
                 ) from None
     if args.up:
         console.say(
-            f"GPU node groups are {verb}: {plan.instance_count} instances running. Next: pdkit status (nodes join Kubernetes), pdkit topology"
+            in_context(
+                args,
+                f"GPU node groups are {verb}: {plan.instance_count} instances running. "
+                f"Next: {pdkit_command(args, 'status')} (nodes join Kubernetes), {pdkit_command(args, 'topology')}",
+            )
         )
     else:
         console.say(
-            "GPU node groups are at 0. The block was paid upfront and keeps running until its end; `pdkit nodes up` brings them back."
+            in_context(
+                args,
+                "GPU node groups are at 0. The block was paid upfront and keeps running until its end; `pdkit nodes up` brings them back.",
+            )
         )
     return 0

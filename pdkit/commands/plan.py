@@ -13,8 +13,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
 
 def run(args: argparse.Namespace) -> int:
     from pdkit import plan_report
-    from pdkit.context import load_plan
+    from pdkit.context import load_plan, make_command, pdkit_command
 
     the_plan = load_plan(args.profile)
-    print(plan_report.as_json(the_plan) if args.output == "json" else plan_report.as_text(the_plan))
+    if args.output == "json":
+        print(plan_report.as_json(the_plan))
+        return 0
+    next_step = f"{make_command(args, 'synth')}   (then `{pdkit_command(args, 'capacity offerings')}` when you are ready to buy a block)"
+    print(plan_report.as_text(the_plan, next_step=next_step))
     return 0

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
 def run(args: argparse.Namespace) -> int:
     from pdkit import aws_errors, capacity, console
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import load_plan, make_command, pdkit_command
     from pdkit.preflight import Preflight
 
     plan = load_plan(args.profile)
@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     warned = sum(r.status == "WARN" for r in rows)
     console.say(
-        f"Preflight passed{f' with {warned} warning(s)' if warned else ''}. Next: make deploy, then pdkit nodes up once the block is active."
+        f"Preflight passed{f' with {warned} warning(s)' if warned else ''}. "
+        f"Next: {make_command(args, 'deploy')}, then {pdkit_command(args, 'nodes up')} once the block is active."
     )
     return 0

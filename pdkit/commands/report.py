@@ -22,16 +22,28 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pdkit import console
-    from pdkit.bench import model, report, results, seed
+    from pdkit.bench import model, report, results, seed, workload
     from pdkit.context import load_plan
+    from pdkit.errors import KitError
     from pdkit.fabric import validate
 
     plan = load_plan(args.profile)
     bench_dir = Path(args.bench)
     sweep = results.load_dir(bench_dir)
     meta_file = bench_dir / "run.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else None
+    try:
+        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else None
+    except json.JSONDecodeError as err:
+        raise KitError(
+            f"{meta_file} is not JSON ({err.msg}, line {err.lineno}). Fix: restore the run.json `pdkit bench` wrote, or remove it"
+        ) from None
+    if meta is not None and not isinstance(meta, dict):
+        raise KitError(
+            f"{meta_file} is not a `pdkit bench` run record (a JSON object). Fix: restore the run.json `pdkit bench` wrote, or remove it"
+        )
     validation = validate.load(Path(args.validate)) if args.validate else None
+    if warning := workload.deployment_warning(workload.from_run(sweep, meta), plan.name):
+        console.say(f"pdkit: warning: {warning}", stderr=True)
     the_seed = seed.load()
     written = report.write(
         sweep, Path(args.out), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed), validation=validation, run_meta=meta

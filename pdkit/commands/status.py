@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
 def run(args: argparse.Namespace) -> int:
     from pdkit import aws_errors, capacity, console, kube, status
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan, pdkit_command
 
     plan = load_plan(args.profile)
     aws = Aws.for_args(args, plan)
@@ -47,7 +47,11 @@ def run(args: argparse.Namespace) -> int:
             console.say(f"  {step}. {command}")
         return 1
     if report.ok:
-        console.say("Everything matches the plan. Next: pdkit smoke")
+        console.say(f"Everything matches the plan. Next: {pdkit_command(args, 'smoke')}")
         return 0
-    console.say("Not everything is ready yet (WAIT) or matches the plan (FAIL); run pdkit status again, or fix the FAIL rows first.")
+    console.say(
+        in_context(
+            args, "Not everything is ready yet (WAIT) or matches the plan (FAIL); run `pdkit status` again, or fix the FAIL rows first."
+        )
+    )
     return 1

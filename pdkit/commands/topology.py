@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
 def run(args: argparse.Namespace) -> int:
     from pdkit import aws_errors, console, topology
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan
     from pdkit.errors import KitError
 
     plan = load_plan(args.profile)
@@ -28,8 +28,11 @@ def run(args: argparse.Namespace) -> int:
         if not nodes:
             groups = ", ".join(r.node_group_name for r in plan.roles.values())
             raise KitError(
-                f"no running GPU nodes in node groups {groups} of cluster {plan.cluster_name}. "
-                "Fix: once the block is active, `pdkit nodes up`; before launch, `pdkit preflight` shows the reservation's topology"
+                in_context(
+                    args,
+                    f"no running GPU nodes in node groups {groups} of cluster {plan.cluster_name}. "
+                    "Fix: once the block is active, `pdkit nodes up`; before launch, `pdkit preflight` shows the reservation's topology",
+                )
             )
         nodes = topology.with_topology(aws.ec2, nodes)
     report = topology.analyse(plan, nodes)

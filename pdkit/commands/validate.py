@@ -32,7 +32,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
         help="comma-separated phases to run: node-image, efa, nccl, uccl (default: all, in that order)",
     )
     p.add_argument("--image", metavar="URI", help="validation image (default: the plan's <registry>/<name>/validation:<tag>)")
-    p.add_argument("--registry", metavar="HOST", help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com)")
+    p.add_argument(
+        "--registry",
+        metavar="HOST",
+        help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com from aws.account; required when the profile sets none)",
+    )
     p.add_argument("--out", metavar="FILE", help="where to save the result JSON (default: results/<name>/validate-<time>.json)")
     p.add_argument("--keep", action="store_true", help="leave the Jobs and pods in place for debugging (they expire after an hour)")
     p.add_argument("--render", action="store_true", help="print the manifests as YAML and exit; touches no cluster")
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan, refuse_placeholders
     from pdkit.errors import KitError
     from pdkit.fabric import manifests, validate
     from pdkit.fabric.thresholds import derive
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not phases:
         raise KitError(f"--only {args.only!r}: unknown phase(s) {unknown}. Fix: a comma-separated subset of {','.join(manifests.PHASES)}")
     image = args.image or validate.default_image(plan, args.registry)
+    refuse_placeholders(plan, "pdkit validate", ((image, "--registry"),))
     if args.render:
         bundle = manifests.render(plan, derive(plan), image=image, run_id="render")
         print(manifests.to_yaml(bundle.objects()), end="")
@@ -87,7 +92,12 @@ def run(args: argparse.Namespace) -> int:
     )
     console.say(f"Saved {out} (pod logs in {out.with_name(out.stem + '-logs')}).")
     if outcome.ok:
-        console.say(f"The fabric is ready. Next: scale serving back up, then `pdkit bench`; add `--validate {out}` to `pdkit report`.")
+        console.say(
+            in_context(
+                args,
+                f"The fabric is ready. Next: scale serving back up, then `pdkit bench`; add `--validate {out}` to `pdkit report`.",
+            )
+        )
         return 0
-    console.say("Fix the FAIL rows (next step column, runbooks/03-validate.md), then run pdkit validate again.")
+    console.say(in_context(args, "Fix the FAIL rows (next step column, runbooks/03-validate.md), then run `pdkit validate` again."))
     return 1

@@ -34,8 +34,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     imp.add_argument("--restart", action="store_true", help="replace a Job that is still running (the new pod keeps what is imported)")
     imp.add_argument("--render", action="store_true", help="print the Job as YAML and exit; touches no cluster and no AWS API")
     imp.add_argument("--kube-context", metavar="NAME", help="kubeconfig context (default: the current one; KUBECONFIG is honoured)")
-    imp.add_argument("--bucket", help="weights bucket (default: the plan's <name>-weights-<account>-<region>)")
-    imp.add_argument("--registry", help="ECR registry of the serving image (default: <account>.dkr.ecr.<region>.amazonaws.com)")
+    imp.add_argument(
+        "--bucket",
+        help="weights bucket (default: the plan's <name>-weights-<account>-<region>; with --render and no aws.account, required)",
+    )
+    imp.add_argument(
+        "--registry",
+        help="ECR registry of the serving image (default: <account>.dkr.ecr.<region>.amazonaws.com; with --render and no aws.account, required)",
+    )
     imp.add_argument("--image", help="image for the Job (default: the plan's serving image: python3, boto3 and pdkit/serving)")
     imp.add_argument("--workers", type=int, default=8, metavar="N", help="files streamed at once (default 8; memory grows with it)")
     imp.add_argument(
@@ -79,7 +85,7 @@ def _gb(n: int | float) -> str:
 def run_import(args: argparse.Namespace) -> int:
     from pdkit import console, kube
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import load_plan, refuse_placeholders
     from pdkit.errors import KitError
     from pdkit.serving import inputs, manifests, names, weights_job
 
@@ -87,9 +93,11 @@ def run_import(args: argparse.Namespace) -> int:
     aws = Aws.for_args(args, plan)
     if args.workers < 1:
         raise KitError("--workers must be at least 1")
+    # --render touches no AWS API, so without aws.account the registry and bucket come from the flags.
     account = plan.account or (inputs.PLACEHOLDER_ACCOUNT if args.render else _account(plan, aws))
     registry = args.registry or f"{account}.dkr.ecr.{aws.region}.amazonaws.com"
     serving = inputs.from_plan(plan, registry=registry, image=args.image, weights_bucket=args.bucket or plan.weights.bucket(account))
+    refuse_placeholders(plan, "pdkit weights import", ((serving.image, "--registry"), (serving.weights_bucket, "--bucket")))
     token_arn: str | None = getattr(plan.profile.model, "hf_token_secret_arn", None)
     deadline = int(args.deadline_hours * 3600) if args.deadline_hours else weights_job.deadline_seconds(plan)
     job = weights_job.render(
@@ -103,10 +111,6 @@ def run_import(args: argparse.Namespace) -> int:
     )
     if args.render:
         print(manifests.to_yaml([job]), end="")
-        if account == inputs.PLACEHOLDER_ACCOUNT and not (args.image and args.bucket):
-            console.say(
-                f"The profile names no AWS account: the image and bucket hold {account}; pass --registry and --bucket.", stderr=True
-            )
         return 0
 
     ns, name = names.namespace(plan), job["metadata"]["name"]
@@ -138,6 +142,7 @@ def _run_job(
     deadline: int,
 ) -> int:
     from pdkit import console
+    from pdkit.context import in_context, pdkit_command
     from pdkit.errors import KitError
     from pdkit.serving import weights_job
 
@@ -158,7 +163,7 @@ def _run_job(
             f"(~{plan.model.checkpoint_gb} GB streamed through the NAT gateway; {token}; deadline {deadline / 3600:.1f} h)."
         )
     if not args.wait:
-        console.say(f"Follow it: pdkit weights import --wait   (attaches)   or   kubectl -n {ns} logs -f job/{name}")
+        console.say(f"Follow it: {pdkit_command(args, 'weights import --wait')}   (attaches)   or   kubectl -n {ns} logs -f job/{name}")
         return 0
     console.say("Watching the Job (Ctrl-C stops watching; the import goes on).", stderr=True)
     try:
@@ -169,12 +174,12 @@ def _run_job(
     if outcome.succeeded:
         last = [line for line in outcome.log_tail.splitlines() if line.strip()]
         console.say(last[-1] if last else f"Job {name} completed.")
-        console.say("Next: pdkit weights verify")
+        console.say(f"Next: {pdkit_command(args, 'weights verify')}")
         return 0
     console.say(f"Import failed: {outcome.failure}.")
     for line in outcome.log_tail.splitlines()[-20:]:
         console.say(f"  | {line}")
-    console.say(_failure_fix(outcome.failure or "", ns, name))
+    console.say(in_context(args, _failure_fix(outcome.failure or "", ns, name)))
     return 1
 
 
@@ -228,7 +233,7 @@ class Report:
 def run_verify(args: argparse.Namespace) -> int:
     from pdkit import console
     from pdkit.aws_clients import Aws
-    from pdkit.context import load_plan
+    from pdkit.context import in_context, load_plan
 
     plan = load_plan(args.profile)
     aws = Aws.for_args(args, plan)
@@ -272,11 +277,16 @@ def run_verify(args: argparse.Namespace) -> int:
     content = [p for p, why in report.problems if why.startswith("content")]
     if content:
         console.say(
-            f"Fix: objects whose content differs keep their recorded sha256, so an import would skip them: delete them first "
-            f"(aws s3 rm s3://{bucket}/{prefix}{content[0]}), then run `pdkit weights import`."
+            in_context(
+                args,
+                f"Fix: objects whose content differs keep their recorded sha256, so an import would skip them: delete them first "
+                f"(aws s3 rm s3://{bucket}/{prefix}{content[0]}), then run `pdkit weights import`.",
+            )
         )
     else:
-        console.say("Fix: run `pdkit weights import` again: it uploads every file that is missing or differs from the Hub.")
+        console.say(
+            in_context(args, "Fix: run `pdkit weights import` again: it uploads every file that is missing or differs from the Hub.")
+        )
     return 1
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pdkit import ami
 from pdkit.fabric import parsers
 from pdkit.fabric.cluster import JobRun
 from pdkit.fabric.manifests import NCCL_TESTS
@@ -36,6 +37,7 @@ NEXT = {
     "uccl_slow": f"decode cannot meet observability.tpot_p99_ms on this fabric: {VALIDATE}#uccl-ep-fails-or-is-slow",
     "image": "the validation image is not in ECR yet: follow the CodeBuild run (containers/README.md, 'Build in-region')",
     "node_image_driver": f"the node runs another NVIDIA driver than its image recorded: {VALIDATE}#node-image-checks-fail",
+    "node_image_branch": f"the node's NVIDIA driver is older than the branch the serving image's CUDA needs: {VALIDATE}#node-image-checks-fail",
     "node_image_gpus": f"`kubectl describe node NODE` (GPU conditions, nvidia.com/gpu), then {VALIDATE}#node-image-checks-fail",
     "node_image_fabric": f"NVSwitch fabric not ready (fabric manager): {VALIDATE}#node-image-checks-fail",
     "node_image_modules": f"efa / efa_nv_peermem not loaded on the node: {VALIDATE}#node-image-checks-fail",
@@ -127,8 +129,15 @@ def node_image_checks(plan: Plan, th: Thresholds, run: JobRun, pods: int) -> lis
         if not r.sections:
             rows.append(Check("node image", node, FAIL, "no output", "4 sections", NEXT["no_output"]))
             continue
-        rows += [_driver(r, node), _gpus(th, r, node), _fabric(r, node), _modules(r, node)]
+        rows += [_driver_branch(r, node), _driver(r, node), _gpus(th, r, node), _fabric(r, node), _modules(r, node)]
     return rows
+
+
+def _driver_branch(r: parsers.NodeImageReport, node: str) -> Check:
+    """On both image sources: CUDA 13 needs the R580 branch or a newer one (pdkit/ami.py), never exactly 580."""
+    loaded = ", ".join(sorted(set(r.drivers))) or (r.gpu_error or "none")
+    ok = bool(r.drivers) and all(ami.driver_branch_ok(d) for d in r.drivers)
+    return _row(ok, "NVIDIA driver branch", node, loaded, f">= {ami.NVIDIA_DRIVER_MIN_BRANCH}", NEXT["node_image_branch"])
 
 
 def _driver(r: parsers.NodeImageReport, node: str) -> Check:

@@ -5,7 +5,8 @@ PDKit/CapacityBlock with dimensions CapacityReservationId and ClusterName:
 - BlockActive: 1 while the reservation is active, else 0;
 - BlockMinutesLeft and BlockMinutesElapsed: only while it is active.
 The infrastructure dashboard shows them; the block-ending alarm and the serving alarms' gates read them.
-Standard library + boto3 only.
+Overlapping runs (nothing reserves concurrency) only publish the same readings twice for a minute,
+which the alarms' 60 s statistics absorb. Standard library + boto3 only.
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@
 - "Capacity Block Expiration Warning": the same drain, as a backstop.
 The node groups are scaled whatever the Kubernetes API answers: a serving step that fails or times
 out is reported, never a reason to keep the nodes. Every action is announced on the kit's SNS topic.
+
+Two invocations may overlap (no reserved concurrency serializes them: a duplicate or doubly-spelled
+event, a 5-minute tick during a drain's pod wait, the T-40 warning during a drain). Every step
+converges instead of double-acting: scaling a LeaderWorkerSet is a merge patch of the same replicas,
+a node group already at its target is left alone, an update EKS refuses because another one is
+running is accepted once the group's desired size is the target, and only the invocation that
+changed a node group sends the notification.
 """
 
 from __future__ import annotations
@@ -46,9 +53,10 @@ def handler(
     serving = Serving(json.loads(env["SERVING"]), kube or (lambda: kube_api.from_env(os.environ)))
     kind = event.get("detail-type", "")
     if kind in reservation.DELIVERED:
-        _apply(c["eks"], cluster, groups, _current(c["eks"], cluster, groups), up=True)
+        changed = _apply(c["eks"], cluster, groups, _current(c["eks"], cluster, groups), up=True)
         restored, note = serving.restore()
-        _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {note}")
+        if changed:
+            _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {note}")
         return {"action": "scale-up", "serving": restored}
     if kind in reservation.EXPIRING:
         current = _current(c["eks"], cluster, groups)
@@ -56,8 +64,8 @@ def handler(
             _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes: GPU node groups already at 0.")
             return {"action": "scale-down", "serving": "skipped"}
         drained, note = serving.drain(_wait_seconds(env, context), clock, sleep)
-        _apply(c["eks"], cluster, groups, current, up=False)
-        _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes. {note} GPU node groups scaled to 0.")
+        if _apply(c["eks"], cluster, groups, current, up=False):
+            _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes. {note} GPU node groups scaled to 0.")
         return {"action": "scale-down", "serving": drained}
     found = c["ec2"].describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     if not found or found[0].get("State") != "active" or "EndDate" not in found[0]:
@@ -69,8 +77,8 @@ def handler(
     if not any(current.values()):
         return {"action": "none"}
     drained, note = serving.drain(_wait_seconds(env, context), clock, sleep)
-    _apply(c["eks"], cluster, groups, current, up=False)
-    _notify(c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining. {note} GPU node groups scale to 0.")
+    if _apply(c["eks"], cluster, groups, current, up=False):
+        _notify(c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining. {note} GPU node groups scale to 0.")
     return {"action": "drain", "serving": drained}
 
 
@@ -149,22 +157,30 @@ def _wait_seconds(env: Any, context: Any) -> float:
 
 def _current(eks: Any, cluster: str, groups: dict[str, int]) -> dict[str, int]:
     """Each group's desired size now."""
-    return {
-        name: int(eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]["scalingConfig"].get("desiredSize", 0))
-        for name in groups
-    }
+    return {name: _desired(eks, cluster, name) for name in groups}
+
+
+def _desired(eks: Any, cluster: str, name: str) -> int:
+    return int(eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]["scalingConfig"].get("desiredSize", 0))
 
 
 def _apply(eks: Any, cluster: str, groups: dict[str, int], current: dict[str, int], *, up: bool) -> bool:
-    """Set every group's size; True when anything changed. Desired size is owned here and by `pdkit nodes`."""
+    """Set every group's size; True when this invocation changed one. Desired size is owned here and by `pdkit nodes`."""
     changed = False
     for name, size in groups.items():
         desired = size if up else 0
         if current.get(name) == desired:
             continue
-        eks.update_nodegroup_config(
-            clusterName=cluster, nodegroupName=name, scalingConfig={"minSize": 0, "maxSize": max(size, 1), "desiredSize": desired}
-        )
+        try:
+            eks.update_nodegroup_config(
+                clusterName=cluster, nodegroupName=name, scalingConfig={"minSize": 0, "maxSize": max(size, 1), "desiredSize": desired}
+            )
+        except eks.exceptions.ClientError:
+            # An overlapping invocation got there first (EKS answers ResourceInUseException while its update
+            # runs): converged is done. Anything else is raised, and Lambda retries the asynchronous event.
+            if _desired(eks, cluster, name) != desired:
+                raise
+            continue
         changed = True
     return changed
 

@@ -4,7 +4,8 @@ Evaluates pdkit/observability/figures.py against the workspace's query API (SigV
 and publishes each result in PDKit/Serving (dimensions ClusterName, and Role for per-role figures),
 where the serving dashboard, the serving alarms and `pdkit status` read them.
 A query that fails is logged and skipped; the run fails only when every query does (then the
-pipeline alarm pages instead of the serving alarms going quietly blind). Standard library + boto3.
+pipeline alarm pages instead of the serving alarms going quietly blind). Overlapping runs publish
+the same minute's figures twice, which the alarms' 60 s statistics absorb. Standard library + boto3.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Custom resource: start the in-region CodeBuild of the images when their source changes.
 
 It does not wait: a 20+ GB CUDA image takes longer than a CloudFormation custom resource may.
-The build skips images whose tag already exists (immutable tags), so a re-run is cheap.
+The build skips images whose tag already exists (immutable tags), so a re-run is cheap. A duplicate
+invocation (Lambda may deliver an asynchronous event twice) starts a second build of the same tags:
+whichever pushes second meets the immutable tag and fails, the images are the first build's.
 """
 
 from __future__ import annotations

@@ -59,7 +59,8 @@ def test_list_base_images_not_pinned_by_digest(doc: Doc, versions: ModuleType, r
     if missing:
         warnings.warn(
             UnpinnedBaseImage(
-                f"{len(missing)} base image reference(s) pinned by tag only (run containers/pin_digests.py):\n  " + "\n  ".join(missing)
+                f"{len(missing)} base image reference(s) pinned by tag only (run containers/pin_digests.py, or --set the digest a build printed):\n  "
+                + "\n  ".join(missing)
             ),
             stacklevel=1,
         )
@@ -108,3 +109,59 @@ def test_a_literal_from_is_listed_and_malformed_fails(doc: Doc, versions: Module
     monkeypatch.setattr(versions, "dockerfile_path", lambda _doc, _image: bad)
     with pytest.raises(versions.VersionsError, match="needs a tag or a digest"):
         unpinned(base_image_references(doc, versions), versions)
+
+
+DOCKER_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+
+
+def test_no_base_image_is_pulled_from_docker_hub(doc: Doc, versions: ModuleType) -> None:
+    """CodeBuild pulls base images anonymously from shared addresses, where Docker Hub answers `toomanyrequests`
+    (https://docs.docker.com/docker-hub/usage/pulls/). NVIDIA publishes the CUDA images on its own registry
+    (https://catalog.ngc.nvidia.com/orgs/nvidia/containers/cuda), which serves anonymous pulls; a reference
+    without a registry host is Docker Hub too.
+    """
+    for where, reference in base_image_references(doc, versions):
+        first = reference.split("/", 1)[0]
+        host = first if "/" in reference and ("." in first or ":" in first or first == "localhost") else "docker.io"
+        assert host not in DOCKER_HUB_HOSTS, f"{where}: {reference} comes from Docker Hub"
+
+
+def test_a_digest_a_build_records_pins_the_next_build(doc: Doc, versions: ModuleType, pin_digests: ModuleType, tmp_path: Any) -> None:
+    """The three agree: containers/build.sh records `<component>=<digest>` for each base image it resolved, and passes it
+    through `build_args.py --pin`; `pin_digests.py --set` takes the same line and writes versions.yaml, after which the
+    base image is pinned (and drops off the unpinned list) and build_args renders image:tag@digest.
+    """
+    digest = "sha256:" + "c" * 64
+    names = versions.base_images(doc, "sglang-efa")
+    assert names == ["cuda_base"]
+    script = (versions.CONTAINERS_DIR / "build.sh").read_text()
+    assert 'echo "${component}=${digest}" >>"${record}"' in script
+    assert "--pin=${component}=${digest}" in script
+    path = tmp_path / "versions.yaml"
+    path.write_text(versions.VERSIONS_FILE.read_text())
+    assert pin_digests.main(["--versions", str(path), "--set", f"cuda_base={digest}"]) == 0
+    pinned = versions.load(path)
+    assert pinned["components"]["cuda_base"]["digest"] == digest
+    assert unpinned(base_image_references(pinned, versions), versions) == []
+    rendered = dict(versions.build_args(pinned, "sglang-efa"))
+    versions.pin_base_image(doc, "sglang-efa", f"cuda_base={digest}")
+    assert versions.build_args(doc, "sglang-efa") == rendered, "a build's --pin renders what the pinned versions.yaml renders"
+
+
+@pytest.mark.parametrize("pin", ["sglang=sha256:" + "c" * 64, "cuda_base=sha256:short", "cuda_base"])
+def test_set_refuses_what_is_not_a_base_image_digest(
+    pin: str, pin_digests: ModuleType, versions: ModuleType, tmp_path: Any, capsys: Any
+) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_text(versions.VERSIONS_FILE.read_text())
+    assert pin_digests.main(["--versions", str(path), "--set", pin]) == 1
+    assert capsys.readouterr().err.count("\n") == 1, "one line naming the problem"
+    assert path.read_text() == versions.VERSIONS_FILE.read_text()
+    with pytest.raises(versions.VersionsError):
+        versions.pin_base_image(versions.load(path), "sglang-efa", pin)
+
+
+def test_a_build_cannot_override_a_pinned_digest(doc: Doc, versions: ModuleType) -> None:
+    doc["components"]["cuda_base"]["digest"] = "sha256:" + "a" * 64
+    with pytest.raises(versions.VersionsError, match="cannot use another digest"):
+        versions.pin_base_image(doc, "sglang-efa", "cuda_base=sha256:" + "b" * 64)
