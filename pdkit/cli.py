@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from pdkit.commands import register_all
+from pdkit.context import in_context
 from pdkit.errors import KitError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -39,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KitError as err:
-        print(f"pdkit: error: {err}", file=sys.stderr)
+        # A fix that names a pdkit command repeats this invocation's --profile/--aws-profile/--region.
+        print(f"pdkit: error: {in_context(args, str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pdkit: interrupted", file=sys.stderr)

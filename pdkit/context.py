@@ -41,8 +41,12 @@ _BACKTICKED_PDKIT = re.compile(r"`(pdkit [^`]+)`")
 
 
 def pdkit_command(args: argparse.Namespace, rest: str) -> str:
-    """`pdkit <rest>` with the --profile, --aws-profile and --region this command was run with."""
-    flags = [f"{flag} {shlex.quote(value)}" for flag, attr in CONTEXT_FLAGS if (value := getattr(args, attr, None))]
+    """`pdkit <rest>` with the --profile, --aws-profile and --region this command was run with.
+
+    A flag `rest` already names is not repeated, so rendering a rendered command changes nothing.
+    """
+    given = set(rest.split())
+    flags = [f"{flag} {shlex.quote(value)}" for flag, attr in CONTEXT_FLAGS if (value := getattr(args, attr, None)) and flag not in given]
     return " ".join(["pdkit", rest, *flags])
 
 

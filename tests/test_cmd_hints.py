@@ -71,6 +71,29 @@ def test_in_context_rewrites_every_backticked_command():
     )
 
 
+def test_in_context_does_not_repeat_flags_already_rendered():
+    """Error messages may carry commands already rendered with the context; the CLI renders them once more."""
+    from pdkit.context import in_context, pdkit_command
+
+    args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region="us-west-2")
+    once = in_context(args, "Fix: `pdkit capacity offerings`")
+    assert in_context(args, once) == once
+    assert pdkit_command(args, "status --region eu-west-1") == "pdkit status --region eu-west-1 --profile p.yaml --aws-profile ops"
+
+
+def test_a_fix_in_an_error_repeats_the_context(aws, tmp_path, capsys):
+    """A Fix: raised deep in a module (here: the profile still holds the placeholder reservation, so
+    `pdkit capacity status` refuses) names `pdkit capacity offerings` with this invocation's flags."""
+    from tests.fixtures.cmd_support import profile
+
+    where = ["--profile", profile(tmp_path), "--aws-profile", AWS_PROFILE, "--region", REGION]
+    assert main(["capacity", "status", *where]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pdkit: error:")
+    argv = printed_command(err, "Fix: ", where)
+    assert argv[1:3] == ["capacity", "offerings"]
+
+
 def test_make_command_carries_profile_and_credentials():
     """The Makefile takes PROFILE= and passes AWS_PROFILE through the environment to cdk."""
     from pdkit.context import make_command
