@@ -17,7 +17,7 @@ CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
-	@echo "  Variables: PROFILE=NAME|PATH (deployment profile; default from cdk.json), AWS_PROFILE (credentials)"
+	@echo "  Variables: PROFILE=NAME|PATH (deployment profile; default from cdk.json), AWS_PROFILE (credentials), YES=1 (deploy: buy capacity.purchase without typing the fee)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || python3 -m venv $(VENV)
@@ -77,7 +77,7 @@ diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
 # then deploy exactly the checked assembly.
 deploy: setup ## cdk deploy every stack of PROFILE, after `pdkit deploy-check` (needs AWS credentials; see runbooks/)
 	$(CDK) synth --quiet
-	pdkit deploy-check --cdk-out cdk.out $(if $(PROFILE),--profile $(PROFILE))
+	pdkit deploy-check --cdk-out cdk.out $(if $(PROFILE),--profile $(PROFILE)) $(if $(YES),--yes)
 	$(CDK) deploy --app cdk.out --all --require-approval broadening
 
 lock: ## Re-resolve pinned Python deps and the CDK CLI lock (needs the package registries)

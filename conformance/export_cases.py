@@ -41,13 +41,29 @@ VARIANTS: tuple[tuple[str, str, Any], ...] = (
     (
         "prefill-fallback-layout",
         "roles.prefill.parallelism",
-        {"tp": 16, "pp": 1, "attn_cp": 1, "attn_dp": 16, "moe_a2a_backend": "deepep", "deepep_mode": "normal"},
+        {"tp": 16, "pp": 1, "attn_cp": 1, "attn_dp": 16, "moe_a2a_backend": "uccl-ep", "deepep_mode": "normal"},
     ),
 )
 
 
+# `make conformance MODEL_CONFIG=path`: resolve against that config.json (e.g. the published one) instead of
+# the synthesized one under models/ (models/zai-org--GLM-5.1-FP8/SOURCES.md says where each field comes from).
+_model_config_override: Path | None = None
+
+
 def model_config_dir(model_id: str) -> Path:
-    return MODELS / model_id.replace("/", "--")
+    return _model_config_override or MODELS / model_id.replace("/", "--")
+
+
+def use_model_config(config: Path, out: Path) -> None:
+    """SGLang reads `<model path>/config.json`: copy the given file into a directory of its own."""
+    global _model_config_override
+    if not config.is_file():
+        raise SystemExit(f"conformance: MODEL_CONFIG={config} is not a file; give the path of a config.json")
+    target = out / "model"
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_bytes(config.read_bytes())
+    _model_config_override = target
 
 
 def _set(raw: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
@@ -77,14 +93,24 @@ def _expect(the_plan: Plan, role: str) -> dict[str, Any]:
         "mem_fraction_static": r.mem_fraction_static,
         "enable_two_batch_overlap": r.settings.two_batch_overlap,
         "speculative_algorithm": "EAGLE" if mtp.enabled else None,
+        # The dense layers and the LM head follow attention DP (None: TP across the whole group).
+        "moe_dense_tp_size": r.moe_dense_tp_size,
+        "enable_dp_lm_head": r.enable_dp_lm_head,
     }
+    if r.enable_dp_lm_head:
+        # Without the DP LM head SGLang shards it over TP and all-to-alls the logits every step.
+        expect["enable_tp_lm_head_all_to_all"] = False
     if r.attn_dp > 1:
         expect["attn_dp_size"] = r.attn_dp
     if r.deepep_mode:
         expect["deepep_mode"] = r.deepep_mode
     if mtp.enabled:
         expect |= {"speculative_num_steps": mtp.steps, "speculative_eagle_topk": mtp.topk, "speculative_num_draft_tokens": mtp.draft_tokens}
-    if r.settings.cuda_graph_max_bs is not None:
+    if r.decode_graph_bs:
+        # What SGLang will capture per rank, after its own resolution (a dotted path into the resolved view).
+        expect["cuda_graph_config.decode.bs"] = list(r.decode_graph_bs)
+        expect["cuda_graph_config.decode.max_bs"] = max(r.decode_graph_bs)
+    elif r.settings.cuda_graph_max_bs is not None:
         expect["cuda_graph_max_bs_decode"] = r.settings.cuda_graph_max_bs
     return expect
 
@@ -156,7 +182,9 @@ def negative_cases(default: list[dict[str, Any]]) -> list[dict[str, Any]]:
     cross_node_cp = _drop_flag([*p[: tp_at + 1], "16", *p[tp_at + 2 :]], "--pp-size", 1)
     cross_node_cp = _replace(cross_node_cp, ["--attn-cp-size", "8"], ["--attn-cp-size", "16"])
     return [
-        bad(decode, "cuda-graph-max-bs", _replace(d, ["--cuda-graph-max-bs-decode"], ["--cuda-graph-max-bs"]), "parse", "ambiguous option"),
+        bad(decode, "cuda-graph-max-bs", [*d, "--cuda-graph-max-bs", "32"], "parse", "ambiguous option"),
+        # AWS's serve-pd.sh spelling (SGLang 0.5.13); 0.5.23 split it per phase.
+        bad(decode, "cuda-graph-bs", _replace(d, ["--cuda-graph-bs-decode"], ["--cuda-graph-bs"]), "parse", "ambiguous option"),
         bad(
             decode,
             "enable-deepep-moe",
@@ -202,11 +230,14 @@ def all_cases() -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m conformance.export_cases OUT_DIR", file=sys.stderr)
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--model-config"):
+        print("usage: python -m conformance.export_cases OUT_DIR [--model-config CONFIG_JSON]", file=sys.stderr)
         return 2
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
+    if len(argv) == 3:
+        use_model_config(Path(argv[2]), out)
+        print(f"conformance: resolving against {argv[2]} instead of the synthesized model config")
     cases = all_cases()
     pins = {"sglang": SGLANG_VERSION, ROUTER_PACKAGE: ROUTER_VERSION}
     (out / "cases.json").write_text(json.dumps({"pins": pins, "cases": cases}, indent=1) + "\n")

@@ -56,9 +56,14 @@ done <<<"${bases}"
 build_args="$(python3 containers/build_args.py "${image}" "${pins[@]}")"
 mapfile -t args <<<"${build_args}"
 paths="$(python3 containers/build_args.py "${image}" --paths)"
-read -r dockerfile context <<<"${paths}"
+read -r dockerfile context target <<<"${paths}"
+# Two images share containers/sglang-efa/Dockerfile; versions.yaml names the stage each one is.
+targets=()
+if [[ -n "${target}" ]]; then
+	targets=("--target=${target}")
+fi
 docker buildx build --platform linux/amd64 --progress plain --load -t "${ref}" \
-	"${args[@]}" "${labels[@]}" -f "${dockerfile}" "${context}"
+	"${args[@]}" "${labels[@]}" "${targets[@]}" -f "${dockerfile}" "${context}"
 
 docker run --rm --network none --entrypoint python3 "${ref}" /opt/kit/import_smoke.py
 

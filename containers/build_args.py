@@ -7,7 +7,7 @@
     python containers/build_args.py sglang-efa --tag        # content-derived image tag
     python containers/build_args.py sglang-efa --bases      # COMPONENT REF of each base image
     python containers/build_args.py sglang-efa --pin cuda_base=sha256:...   # build args with that base digest
-    python containers/build_args.py sglang-efa --paths      # DOCKERFILE CONTEXT
+    python containers/build_args.py sglang-efa --paths      # DOCKERFILE CONTEXT [TARGET]
     python containers/build_args.py --list                  # image names
     python containers/build_args.py --check                 # validate versions.yaml + lint Dockerfiles
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list image names")
     parser.add_argument("--check", action="store_true", help="validate versions.yaml and lint every Dockerfile")
     parser.add_argument("--bases", action="store_true", help="print COMPONENT REF for each base image of the image")
-    parser.add_argument("--paths", action="store_true", help="print the image's Dockerfile and build context")
+    parser.add_argument("--paths", action="store_true", help="print the image's Dockerfile, build context and target stage")
     parser.add_argument(
         "--pin",
         action="append",
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.paths:
         spec = doc["images"][args.image]
-        print(spec["dockerfile"], spec["context"])
+        print(spec["dockerfile"], spec["context"], versions.build_target(doc, args.image))
         return 0
     try:
         for pin in args.pin:

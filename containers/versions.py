@@ -154,6 +154,11 @@ def build_args(doc: Mapping[str, Any], image: str) -> dict[str, str]:
     return args
 
 
+def build_target(doc: Mapping[str, Any], image: str) -> str:
+    """The Dockerfile stage an image is (`docker build --target`); "" builds the last stage."""
+    return str(doc["images"][image].get("target") or "")
+
+
 def dockerfile_path(doc: Mapping[str, Any], image: str) -> Path:
     return REPO_ROOT / str(doc["images"][image]["dockerfile"])
 
@@ -175,6 +180,8 @@ def image_tag(doc: Mapping[str, Any], image: str) -> str:
     """
     digest = hashlib.sha256()
     digest.update(json.dumps(build_args(doc, image), sort_keys=True).encode())
+    # Two images from one Dockerfile differ only by the stage they build (sglang-efa / sglang-deepep).
+    digest.update(f"target={build_target(doc, image)}".encode())
     for path in [dockerfile_path(doc, image), *context_files(doc, image)]:
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
@@ -458,6 +465,11 @@ def validate(doc: Any) -> None:
             f"{where}.dockerfile",
             f"{spec['dockerfile']}.dockerignore is missing: the allow-list of what the build context may send",
         )
+        if "target" in spec:
+            stages = [alias for _, alias in dockerfile_stage_names((REPO_ROOT / spec["dockerfile"]).read_text())]
+            _require(
+                spec["target"] in stages, f"{where}.target", f"no stage {spec['target']!r} in {spec['dockerfile']} ({', '.join(stages)})"
+            )
         names = spec.get("components")
         _require(isinstance(names, list) and len(names) > 0, f"{where}.components", "a non-empty list")
         _require(len(set(names)) == len(names), f"{where}.components", "lists a component twice")
@@ -520,6 +532,16 @@ def dockerfile_instructions(text: str) -> list[str]:
     if current.strip():
         instructions.append(current.strip())
     return instructions
+
+
+def dockerfile_stage_names(text: str) -> list[tuple[str, str]]:
+    """(FROM image, stage alias) of every stage, in order; the alias is "" for an unnamed stage."""
+    out = []
+    for instruction in dockerfile_instructions(text):
+        match = FROM_LINE.match(instruction)
+        if match:
+            out.append((match.group("image"), match.group("alias") or ""))
+    return out
 
 
 def dockerfile_args(text: str) -> dict[str, str | None]:

@@ -16,9 +16,10 @@ $(SGLANG_VENV)/.installed: $(SGLANG_LOCK) | $(VENV)/.installed
 	$(SGLANG_BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r $(SGLANG_LOCK)
 	touch $@
 
-conformance: setup $(SGLANG_VENV)/.installed ## Feed every rendered SGLang and router command line to SGLang 0.5.23 / smg (in .venv-sglang)
+# MODEL_CONFIG=path/to/config.json resolves against that file (e.g. the published one) instead of conformance/models/.
+conformance: setup $(SGLANG_VENV)/.installed ## Feed every rendered SGLang and router command line to SGLang 0.5.23 / smg (in .venv-sglang); MODEL_CONFIG=path to use a real config.json
 	@out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && \
-	$(BIN)/python -m conformance.export_cases "$$out" && \
+	$(BIN)/python -m conformance.export_cases "$$out" $(if $(MODEL_CONFIG),--model-config "$(abspath $(MODEL_CONFIG))") && \
 	$(SGLANG_BIN)/python conformance/check_sglang.py "$$out/cases.json"
 
 conformance-help: $(SGLANG_VENV)/.installed ## Regenerate conformance/help/ (the --help texts of the pinned SGLang and smg)
@@ -30,3 +31,6 @@ lock-sglang: setup ## Re-resolve conformance/requirements-sglang.txt from confor
 	$(BIN)/python conformance/lock_nodeps.py conformance/requirements-sglang.in $(SGLANG_LOCK)
 
 TEST_TARGETS += conformance
+# tests/containers/test_image_serving_contents.py reads the pinned smg wheel from .venv-sglang: build it before pytest
+# runs, so a clean `make test` runs that test instead of skipping it.
+unit: $(SGLANG_VENV)/.installed

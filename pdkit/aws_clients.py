@@ -5,7 +5,7 @@ itself applies the credential chain (--aws-profile, AWS_PROFILE, SSO, ...) and `
 `AWS_ENDPOINT_URL_<SERVICE>`; nothing here overrides them, so the CLI works against any endpoint
 the operator configures (https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html).
 
-Timeouts and attempts are set here, not left to botocore's defaults (60 s connect, 60 s read, 3
+Timeouts and attempts are set in pdkit.client_config (shared with the purchase Lambda), not left to botocore's defaults (60 s connect, 60 s read, 3
 attempts in standard mode): a read command gives up within `READS.worst_case` seconds, and a
 purchase is sent exactly once (`PURCHASE`). An explicit client `Config(retries=...)` takes
 precedence over AWS_MAX_ATTEMPTS and the config file's max_attempts (botocore
@@ -17,47 +17,15 @@ from __future__ import annotations
 
 import argparse
 import threading
-from dataclasses import dataclass
 from typing import Any
 
+from pdkit.client_config import PURCHASE, READS, Patience
 from pdkit.plan import Plan
+
+__all__ = ["PURCHASE", "READS", "Aws", "Patience", "make_client"]
 
 # A call that has not answered after this many seconds gets a "waiting for ..." line on stderr.
 WAIT_NOTICE_AFTER = 2.0
-
-
-@dataclass(frozen=True)
-class Patience:
-    """How long one API call may take: connect and read timeouts per attempt, and total attempts."""
-
-    connect: float
-    read: float
-    attempts: int
-
-    @property
-    def worst_case(self) -> float:
-        """Seconds before the call gives up on an endpoint that never answers (backoff for timeouts is
-        rand * 0.05 * 2**i s in standard mode, botocore retries/standard.py, so it is left out)."""
-        return self.attempts * (self.connect + self.read)
-
-    def config(self) -> Any:
-        from botocore.config import Config
-
-        # total_max_attempts counts the first request: 1 means "never retried"
-        # (https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html, `retries`).
-        # The mode is pinned so the count means the same whatever AWS_RETRY_MODE says.
-        return Config(
-            connect_timeout=self.connect,
-            read_timeout=self.read,
-            retries={"mode": "standard", "total_max_attempts": self.attempts},
-        )
-
-
-# Describe/list calls answer in well under a second; 3 x (5 + 12) s keeps the give-up under 60 s.
-READS = Patience(connect=5, read=12, attempts=3)
-# PurchaseCapacityBlock(Extension) takes no idempotency token: a retry after a lost answer can buy
-# twice, so the call is sent once and an unclear answer is checked by a lookup, never by resending.
-PURCHASE = Patience(connect=10, read=60, attempts=1)
 
 
 def make_client(service: str, *, aws_profile: str | None, region: str, patience: Patience | None = None) -> Any:

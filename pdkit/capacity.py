@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdkit.errors import KitError
-from pdkit.plan import Plan
+
+if TYPE_CHECKING:
+    # Only for annotations: the purchase Lambda ships this module without the plan (and pydantic).
+    from pdkit.plan import Plan
 
 # The platform the EKS AL2023 NVIDIA AMI runs; a block is bought for one platform only
 # (an instance "can't launch using an AMI with a different platform" than the block's).
@@ -315,6 +318,14 @@ def now() -> datetime:
 
 def require_reservation(plan: Plan) -> str:
     """The profile's reservation id, or the one next step when it is still the synth-only placeholder."""
+    if plan.purchase is not None:
+        stack = plan.stack_names["capacity"]
+        raise KitError(
+            f"the profile ({plan.profile_path}) has the block bought by `make deploy` (capacity.purchase), whose id the CLI does not read. "
+            f"Fix: read it with `aws cloudformation describe-stacks --stack-name {stack} --region {plan.region} "
+            "--query \"Stacks[0].Outputs[?OutputKey=='ReservationId'].OutputValue\" --output text`, then put it in capacity.reservation_id "
+            "and remove capacity.purchase (with the GPU node groups at 0: the launch template then names the id directly)"
+        )
     if plan.reservation_is_placeholder:
         raise KitError(
             f"the profile ({plan.profile_path}) still has the synth-only placeholder reservation {plan.reservation_id}. "

@@ -36,6 +36,8 @@ NODE_GROUP = "AWS::EKS::Nodegroup"
 # update (LaunchTemplate, ReleaseVersion, Version) or a replacement (NodegroupName, AmiType, Subnets, ...).
 CONFIG_ONLY = frozenset({"Labels", "Taints", "Tags", "ScalingConfig", "UpdateConfig", "NodeRepairConfig", "ForceUpdateEnabled"})
 SSM_PARAMETER_TYPE = "AWS::SSM::Parameter::Value<"
+# The Capacity Block bought by `cdk deploy` (capacity.purchase, stacks/capacity_purchase.py).
+PURCHASE = "Custom::CapacityBlockPurchase"
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,16 @@ def check(plan: Plan, *, cdk_out: Path, cloudformation: Any, eks: Any, ssm: Any)
     changes = template_changes(deployed, synthesized) + parameter_changes(cloudformation, ssm, stack, synthesized)
     running = desired_sizes(eks, plan.cluster_name, sorted(_node_groups(deployed))) if changes else {}
     return Verdict(changes=tuple(changes), running=running)
+
+
+def purchase_pending(plan: Plan, *, cdk_out: Path, cloudformation: Any) -> bool:
+    """True when this deploy creates the purchase resource, so CloudFormation will buy the block: it is in the
+    synthesized capacity stack and not in the deployed one (Update and Delete never buy)."""
+    stack = plan.stack_names["capacity"]
+    if not _resources(synthesized_template(cdk_out, stack), PURCHASE):
+        return False
+    deployed = deployed_template(cloudformation, stack)
+    return deployed is None or not _resources(deployed, PURCHASE)
 
 
 def refusal(verdict: Verdict, *, profile_ref: str | None) -> KitError:

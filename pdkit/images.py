@@ -19,6 +19,10 @@ from typing import Any
 from pdkit.errors import ProfileError
 
 ROOT = Path(__file__).resolve().parent.parent
+# The serving image each MoE all-to-all backend runs from (containers/versions.yaml builds both from one
+# Dockerfile): UCCL-EP's deep_ep wrapper, or upstream DeepEP as SGLang's own sgl-deep-ep wheel ships it.
+# `none` needs no deep_ep at all and runs from the UCCL-EP image.
+A2A_IMAGES = {"uccl-ep": "sglang-efa", "deepep": "sglang-deepep", "none": "sglang-efa"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,15 @@ def plan_images(deployment: str, versions_file: str, *, source: str, registry: s
         repository = f"{registry}/{image}" if source == "external" else f"{deployment}/{image}"
         out[image] = ImagePlan(name=image, repository=repository, tag=tag, build=source == "build")
     return out
+
+
+def context_files_outside_containers(versions_file: str = "containers/versions.yaml") -> list[str]:
+    """Files outside containers/ that some image's build context admits (its Dockerfile.dockerignore), e.g. the
+    pdkit modules the serving image copies: the images stack's source asset must carry exactly these too."""
+    versions = _versions_module()
+    doc = versions.load((ROOT / versions_file).resolve())
+    files = {path.relative_to(ROOT).as_posix() for image in doc["images"] for path in versions.context_files(doc, image)}
+    return sorted(name for name in files if not name.startswith("containers/"))
 
 
 def component(name: str, versions_file: str = "containers/versions.yaml") -> dict[str, Any]:

@@ -7,8 +7,9 @@ decides anything. Impossible deployments are refused here with the field, the va
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from pydantic import BaseModel
 from pdkit import catalog
 from pdkit.catalog import InstanceType, Model
 from pdkit.errors import ProfileError, short
-from pdkit.images import ImagePlan, plan_images
-from pdkit.profile import PLACEHOLDER_RESERVATION, Profile, Role
+from pdkit.gpu_memory import MIB, MemoryBudget, RoleShape, decode_graph_batch_sizes, derived_by_backend, derived_fraction, reserve_mib
+from pdkit.images import A2A_IMAGES, ImagePlan, plan_images
+from pdkit.profile import PLACEHOLDER_RESERVATION, Parallelism, Profile, Role
 
 ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
@@ -65,6 +67,13 @@ MEM_FRACTION_RANGE = (
 STAGING_GBPS_PER_NODE = 2.5
 NVME_READ_GBPS = 8.0
 WARMUP_MINUTES = 10.0
+# First boot (estimate): SGLang JIT-compiles DeepGEMM's kernels for the role's shapes (cached under
+# SGLANG_CACHE_DIR). AWS's p5en 2P2D runs needed a separate 2-node `sglang.compile_deep_gemm` before
+# serving (awslabs/awsome-distributed-ai 3.test_cases/pytorch/sglang/dsr1-deepep-efa/recipe/serve-pd.sh,
+# "precompile"). The precompile step gets twice this before it gives up and lets the server compile.
+DEEPGEMM_COMPILE_MINUTES = 20.0
+# Where a role's warm compile cache is kept between blocks, in the weights bucket (instance store is wiped).
+COMPILE_CACHE_PREFIX = "compile-cache/"
 # Node image start-up model (estimates, stated as such in `pdkit plan`): how long until a GPU node has the serving
 # image. On the EKS-optimized AMI containerd pulls it from ECR and unpacks it onto the NVMe RAID. On the custom AMI it
 # is already on the root volume, but a volume restored from a snapshot fetches each block from S3 on first read: at
@@ -108,8 +117,10 @@ class RolePlan:
     attn_cp: int
     attn_dp: int
     attn_tp: int
-    moe_a2a_backend: str
+    moe_a2a_backend: str  # SGLang's --moe-a2a-backend: "deepep" for both DeepEP implementations, or "none"
     deepep_mode: str | None
+    a2a_backend: str  # the profile's choice: "uccl-ep", "deepep" (upstream sgl-deep-ep) or "none"
+    image: str  # the image (containers/versions.yaml) whose deep_ep is that backend's
     experts_per_gpu: float
     ep_spans_nodes: bool
     cross_node_moe_messages_per_token: int
@@ -118,8 +129,14 @@ class RolePlan:
     kv_budget_gb_per_gpu: float
     kv_tokens_per_gpu: int
     context_length: int
-    mem_fraction_static: float
+    mem_fraction_static: float  # the profile's override, or the memory model's derived value
     max_running_requests: int
+    # Attention fully data-parallel (attn_dp = tp): the dense MLP layers and the LM head follow it
+    # (--moe-dense-tp-size 1 --enable-dp-lm-head), or SGLang runs them TP across every rank of the group.
+    moe_dense_tp_size: int | None
+    enable_dp_lm_head: bool
+    decode_graph_bs: tuple[int, ...]  # decode CUDA graph batch sizes per DP rank (none on prefill)
+    memory: MemoryBudget
     node_group_name: str
     labels: dict[str, str]
     taint: dict[str, str]
@@ -134,6 +151,7 @@ class WeightsPlan:
     bucket_prefix: str
     region: str
     prefix: str  # one folder per model and revision; re-importing a moved branch overwrites it (old versions expire)
+    compile_cache_prefix: str = COMPILE_CACHE_PREFIX  # each role's warm SGLang compile cache, saved at drain
 
     def bucket(self, account: str) -> str:
         """S3 names are global: the account and region make it unique (a CDK token at deploy time)."""
@@ -173,8 +191,42 @@ class Estimates:
     block_cost_usd: float | None
     staging_minutes: float
     load_minutes: float
-    startup_budget_minutes: float
+    startup_budget_minutes: float  # warm boot: compile caches restored, the server only loads and captures graphs
+    precompile_minutes: float  # first boot only: the DeepGEMM precompile step before the server starts
+    first_boot_budget_minutes: float  # the server on a cold compile cache; the start-up probes allow this
     image_ready_minutes: dict[str, float]  # ami.source -> minutes until a new GPU node has the serving image
+
+
+@dataclass(frozen=True)
+class PurchasePlan:
+    """capacity.purchase: the block `cdk deploy` buys (stacks/capacity_purchase.py). Every consumer of the
+    reservation id then reads it from that resource, never from the profile."""
+
+    offering_id: str
+    upfront_fee_usd: Decimal
+    instance_type: str
+    instance_count: int
+    availability_zone: str
+    duration_hours: int
+    earliest_start: datetime | None
+    latest_end: datetime | None
+
+    @property
+    def instance_hours(self) -> int:
+        return self.instance_count * self.duration_hours
+
+    def resource_properties(self) -> dict[str, str]:
+        """The custom resource's properties: everything DescribeCapacityBlockOfferings needs to find the offering again."""
+        return {
+            "OfferingId": self.offering_id,
+            "UpfrontFeeUsd": str(self.upfront_fee_usd),
+            "InstanceType": self.instance_type,
+            "InstanceCount": str(self.instance_count),
+            "AvailabilityZone": self.availability_zone,
+            "DurationHours": str(self.duration_hours),
+            "EarliestStart": self.earliest_start.isoformat() if self.earliest_start else "",
+            "LatestEnd": self.latest_end.isoformat() if self.latest_end else "",
+        }
 
 
 @dataclass(frozen=True)
@@ -211,7 +263,21 @@ class Plan:
     estimates: Estimates
     gpu_root_volume: RootVolume
     function_concurrency: FunctionConcurrency
+    # Pod Security level the serving namespace enforces: "baseline" unless hostNetwork or a role's
+    # security escape hatch needs "privileged", which the profile must then say (_pod_security).
+    pod_security: str
+    # Set when the deploy buys the block: stacks then take the reservation id from the purchase resource.
+    purchase: PurchasePlan | None
     profile: Profile = field(repr=False)
+
+    def with_reservation_id(self, reservation_id: str) -> Plan:
+        """This plan naming the block by `reservation_id`: the purchase resource's token, in a stack that reads it from there."""
+        return replace(self, reservation_id=reservation_id)
+
+    @property
+    def reservation_label(self) -> str:
+        """The block in descriptions that cannot hold a deploy-time token (a stack's description)."""
+        return f"bought at deploy from offering {self.purchase.offering_id}" if self.purchase else self.reservation_id
 
     @property
     def decode(self) -> RolePlan:
@@ -272,7 +338,11 @@ def _build(p: Profile, path: str) -> Plan:
         system_node_labels={ROLE_LABEL: "system"},
         system_node_arch=_arch(p.cluster.system_nodes.instance_type),
         drain_lead_minutes=p.observability.block_end_warning_minutes,
-        images=plan_images(p.name, p.images.versions_file, source=p.images.source, registry=p.images.registry),
+        images=_role_images(
+            roles,
+            plan_images(p.name, p.images.versions_file, source=p.images.source, registry=p.images.registry),
+            p.images.versions_file,
+        ),
         weights=_weights(p),
         stack_names={part: f"{p.name}-{part}" for part in STACKS},
         interface_endpoints=INTERFACE_ENDPOINTS,
@@ -282,8 +352,67 @@ def _build(p: Profile, path: str) -> Plan:
         estimates=_estimates(p, roles, model),
         gpu_root_volume=_gpu_root_volume(p.ami.source),
         function_concurrency=FunctionConcurrency(p.cluster.lambda_reserved_concurrency, RESERVED_FUNCTIONS),
+        pod_security=_pod_security(p),
+        purchase=_purchase(p),
         profile=p,
     )
+
+
+def _upstream_deepep_reach(at: str, par: Parallelism, *, spans: bool, gpus_per_node: int) -> None:
+    """Upstream DeepEP (the sgl-deep-ep wheel SGLang 0.5.23 pins) runs here only where it needs no NVSHMEM.
+
+    Its Buffer initializes NVSHMEM when the group spans more than one NVLink domain or in low-latency mode
+    (deep_ep/buffers/legacy.py of sgl-deep-ep 0.1.2.post1: `if num_rdma_ranks > 1 or low_latency_mode`),
+    and its inter-node kernels assume InfiniBand GPUDirect Async, which EFA lacks. AWS ran it across p5en
+    nodes only with NVSHMEM rebuilt for libfabric and DeepEP patched for EFA (awslabs/awsome-distributed-ai
+    3.test_cases/pytorch/sglang/dsr1-deepep-efa/Dockerfile, setup_deepep_efa.sh), which this kit's image
+    does not build: intra-node normal mode (NVLink only) is what the sglang-deepep image can run.
+    """
+    if par.moe_a2a_backend != "deepep":
+        return
+    if spans:
+        raise ProfileError(
+            f"{at}.parallelism.moe_a2a_backend",
+            "deepep",
+            f"upstream DeepEP across nodes (ep {par.tp} > {gpus_per_node} GPUs per node) needs NVSHMEM over libfabric and "
+            "DeepEP's EFA patch, which the kit's sglang-deepep image does not build",
+            f"use moe_a2a_backend: uccl-ep, or keep ep within one node (tp: {gpus_per_node} with pp across nodes)",
+        )
+    if par.deepep_mode != "normal":
+        raise ProfileError(
+            f"{at}.parallelism.deepep_mode",
+            par.deepep_mode,
+            "upstream DeepEP's low-latency kernels always start NVSHMEM (InfiniBand GPUDirect Async), which EFA lacks",
+            "use deepep_mode: normal, or moe_a2a_backend: uccl-ep",
+        )
+
+
+def _role_images(roles: dict[str, RolePlan], images: dict[str, ImagePlan], versions_file: str) -> dict[str, ImagePlan]:
+    for role in roles.values():
+        if role.image not in images:
+            raise ProfileError(
+                f"roles.{role.name}.parallelism.moe_a2a_backend",
+                role.a2a_backend,
+                f"needs the {role.image} image, which {versions_file} does not define",
+                f"add images.{role.image} to {versions_file} (see containers/README.md), or use another backend",
+            )
+    return images
+
+
+def _pod_security(p: Profile) -> str:
+    """Pod Security "baseline" admits no added capability beyond its default list, no privileged
+    container and no Unconfined seccomp (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+    a role's escape hatch is refused unless the profile lowers the namespace explicitly."""
+    for name in ROLES:
+        sec = getattr(p.roles, name).security
+        if sec.relaxed and p.serving.pod_security != "privileged":
+            raise ProfileError(
+                f"roles.{name}.security",
+                sec.model_dump(),
+                'needs more than Pod Security "baseline" admits (added capabilities, privileged or an Unconfined seccomp profile)',
+                "set serving.pod_security: privileged as well (runbooks/02-serve.md, Pod security), or remove the escape hatch",
+            )
+    return "privileged" if p.serving.host_network or p.serving.pod_security == "privileged" else "baseline"
 
 
 def _instance_type(p: Profile) -> InstanceType:
@@ -384,6 +513,30 @@ def _arch(instance_type: str) -> str:
     return "arm64" if digits and "g" in family[digits[0] + 1 :] else "x86_64"
 
 
+def _purchase(p: Profile) -> PurchasePlan | None:
+    buy = p.capacity.purchase
+    if buy is None:
+        return None
+    if p.capacity.reservation_id != PLACEHOLDER_RESERVATION:
+        raise ProfileError(
+            "capacity.purchase",
+            buy.offering_id,
+            f"set together with capacity.reservation_id {p.capacity.reservation_id}: the deploy would buy a second block",
+            f"keep one: remove capacity.purchase to use {p.capacity.reservation_id}, "
+            f"or set capacity.reservation_id to the placeholder {PLACEHOLDER_RESERVATION} to buy at deploy time",
+        )
+    return PurchasePlan(
+        offering_id=buy.offering_id,
+        upfront_fee_usd=buy.confirm_upfront_fee_usd,
+        instance_type=p.capacity.instance_type,
+        instance_count=p.capacity.instance_count,
+        availability_zone=p.aws.availability_zone,
+        duration_hours=p.capacity.duration_hours,
+        earliest_start=buy.earliest_start,
+        latest_end=buy.latest_end,
+    )
+
+
 def _endpoint(p: Profile) -> None:
     c = p.cluster
     if c.endpoint_access == "private" and c.public_access_cidrs:
@@ -439,7 +592,10 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
                 f"does not divide tp ({par.tp})",
                 fix([{knob: d} for d in _divisors_near(par.tp, size)], f"use a divisor of {par.tp}"),
             )
-    if par.tp % (par.attn_cp * par.attn_dp):
+    # The attention TP size divides what the memory model below divides by: refused here, next to the
+    # division, so no path reaches it with 0 (a ZeroDivisionError traceback instead of this line).
+    attn_tp, uneven = divmod(par.tp, par.attn_cp * par.attn_dp)
+    if uneven or not attn_tp:
         raise ProfileError(
             f"{at}.parallelism.attn_dp",
             par.attn_dp,
@@ -465,10 +621,13 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
                     f"use tp: {it.gpus} with pp across nodes, or the fallback layout attn_cp: 1, attn_dp: {par.tp}",
                 ),
             )
-    if par.moe_a2a_backend == "deepep":
+    if par.moe_a2a_backend != "none":
         if par.ep is not None and par.ep != par.tp:
             raise ProfileError(
-                f"{at}.parallelism.ep", par.ep, f"DeepEP (UCCL-EP) forces ep = tp ({par.tp})", "remove ep, or set moe_a2a_backend: none"
+                f"{at}.parallelism.ep",
+                par.ep,
+                f"SGLang's DeepEP dispatcher ({par.moe_a2a_backend}) forces ep = tp ({par.tp})",
+                "remove ep, or set moe_a2a_backend: none",
             )
         if par.deepep_mode is None:
             mode = "normal" if name == "prefill" else "low_latency"
@@ -485,8 +644,15 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
                 f"does not divide tp ({par.tp})",
                 fix([{"ep": d} for d in _divisors_near(par.tp, ep)], f"use a divisor of {par.tp}"),
             )
+        if par.deepep_mode is not None:
+            raise ProfileError(
+                f"{at}.parallelism.deepep_mode",
+                par.deepep_mode,
+                "selects DeepEP kernels, but moe_a2a_backend is none",
+                "remove deepep_mode, or set moe_a2a_backend: uccl-ep (or deepep)",
+            )
     if m.routed_experts % ep:
-        with_deepep = par.moe_a2a_backend == "deepep"
+        with_deepep = par.moe_a2a_backend != "none"
         options = _layouts(r, it) if with_deepep else [{"ep": d} for d in _divisors_near(math.gcd(par.tp, m.routed_experts), ep)]
         raise ProfileError(
             f"{at}.parallelism.tp" if with_deepep else f"{at}.parallelism.ep",
@@ -495,10 +661,35 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
             fix(options, f"use an ep (= tp with DeepEP) that divides {m.routed_experts}, e.g. 8 or 16"),
         )
 
-    attn_tp = par.tp // (par.attn_cp * par.attn_dp)
     weights = m.routed_expert_gb / (par.tp * par.pp) + m.dense_gb / (attn_tp * par.pp)
-    static_gb = r.mem_fraction_static * it.gpu_memory_gb
-    kv_per_token = m.kv_bytes_per_token_per_layer * m.layers / par.pp
+    # EAGLE MTP loads the checkpoint's next-token layer (one more decoder layer, its experts sharded
+    # like the others; embedding and LM head shared) and keeps its KV beside the target's.
+    draft_layers = m.mtp_layers if r.mtp.enabled else 0
+    draft = draft_layers * (m.routed_expert_gb / m.moe_layers / par.tp + m.dense_gb / m.layers / attn_tp)
+    graph_bs = (
+        decode_graph_batch_sizes(r.max_running_requests, par.attn_dp, speculative=r.mtp.enabled, cap=r.cuda_graph_max_bs)
+        if name == "decode"
+        else ()
+    )
+    shape = RoleShape(
+        role=name,
+        backend=par.moe_a2a_backend,
+        deepep_mode=par.deepep_mode,
+        tp=par.tp,
+        pp=par.pp,
+        ep=ep,
+        attn_dp=par.attn_dp,
+        max_running_requests=r.max_running_requests,
+        chunked_prefill_size=r.chunked_prefill_size,
+        draft_tokens=r.mtp.draft_tokens if r.mtp.enabled else None,
+        decode_graph_bs=graph_bs,
+    )
+    gpu_mib = it.gpu_memory_mib
+    derived = derived_fraction(shape, gpu_mib, m.hidden_size, m.routed_experts)
+    fraction = r.mem_fraction_static if r.mem_fraction_static is not None else derived
+    static_gb = fraction * it.gpu_memory_gb
+    weights += draft
+    kv_per_token = m.kv_bytes_per_token_per_layer * (m.layers + draft_layers) / par.pp
     longest = min(r.context_length, m.max_context_length)
     if weights >= static_gb:
         # Enough for the weights and one request of the (capped) context, rounded up to a hundredth.
@@ -507,8 +698,9 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
         spread = "spread the model over more GPUs (more nodes per replica or larger tp)"
         raise ProfileError(
             f"{at}.mem_fraction_static",
-            r.mem_fraction_static,
-            f"weights need ~{weights:.1f} GB per GPU but the static pool is {static_gb:.1f} GB of {it.gpu_memory_gb:.1f} GB",
+            fraction,
+            f"weights need ~{weights:.1f} GB per GPU but the static pool is {static_gb:.1f} GB of {it.gpu_memory_gb:.1f} GB"
+            + ("" if r.mem_fraction_static is not None else " (derived: the rest is the memory model's reserve, see `pdkit plan`)"),
             f"use mem_fraction_static: {needed:.2f} (it must stay in ({low}, {high})), or {spread}"
             if low < needed < high
             else f"{spread}: this layout would need mem_fraction_static {needed:.2f}, outside ({low}, {high})",
@@ -532,6 +724,10 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
             f"use context_length: {holds} (what the KV budget holds), or raise mem_fraction_static, or spread the model over more GPUs",
         )
     spans = ep > it.gpus
+    # SGLang's DP-attention recipe: with attention DP = TP every rank holds whole sequences, so the dense
+    # layers and the LM head run per rank too instead of a TP all-reduce / all-to-all across the group.
+    dp_everywhere = par.attn_dp > 1 and attn_tp == 1
+    _upstream_deepep_reach(at, par, spans=spans, gpus_per_node=it.gpus)
     return RolePlan(
         name=name,
         replicas=r.replicas,
@@ -546,8 +742,10 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
         attn_cp=par.attn_cp,
         attn_dp=par.attn_dp,
         attn_tp=attn_tp,
-        moe_a2a_backend=par.moe_a2a_backend,
+        moe_a2a_backend="none" if par.moe_a2a_backend == "none" else "deepep",
         deepep_mode=par.deepep_mode,
+        a2a_backend=par.moe_a2a_backend,
+        image=A2A_IMAGES[par.moe_a2a_backend],
         experts_per_gpu=m.routed_experts / ep,
         ep_spans_nodes=spans,
         cross_node_moe_messages_per_token=2 * m.moe_layers if spans else 0,
@@ -556,8 +754,12 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
         kv_budget_gb_per_gpu=round(kv_gb, 1),
         kv_tokens_per_gpu=kv_tokens,
         context_length=r.context_length,
-        mem_fraction_static=r.mem_fraction_static,
+        mem_fraction_static=fraction,
         max_running_requests=r.max_running_requests,
+        moe_dense_tp_size=1 if dp_everywhere else None,
+        enable_dp_lm_head=dp_everywhere,
+        decode_graph_bs=graph_bs,
+        memory=_memory_budget(shape, it, m, fraction=fraction, derived=derived, weights=weights - draft, draft=draft, kv_gb=kv_gb),
         # EKS cannot move a node group between a launch template with and without an image id, and
         # CloudFormation cannot replace a custom-named group in place: the image source is in the name.
         node_group_name=f"{p.name}-{name}" + ("-custom" if p.ami.source == "custom" else ""),
@@ -565,6 +767,31 @@ def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, 
         taint={"key": ROLE_LABEL, "value": name, "effect": "NoSchedule"},
         efa_devices_per_node=efa,
         settings=r,
+    )
+
+
+def _memory_budget(
+    shape: RoleShape, it: InstanceType, m: Model, *, fraction: float, derived: float, weights: float, draft: float, kv_gb: float
+) -> MemoryBudget:
+    parts = reserve_mib(shape, it.gpu_memory_mib, m.hidden_size, m.routed_experts)
+
+    def gb(mib: float) -> float:
+        return round(mib * MIB / catalog.GB, 1)
+
+    return MemoryBudget(
+        gpu_gb=round(it.gpu_memory_gb, 1),
+        mem_fraction_static=fraction,
+        mem_fraction_derived=derived,
+        weights_gb=round(weights, 1),
+        draft_weights_gb=round(draft, 1),
+        kv_gb=round(kv_gb, 1),
+        runtime_gb=gb(parts["runtime"]),
+        cuda_graphs_gb=gb(parts["cuda_graphs"]),
+        ep_buffers_gb=gb(parts["ep_buffers"]),
+        capture_headroom_gb=gb(parts["capture_headroom"]),
+        draft_graphs_gb=gb(parts["draft_graphs"]),
+        decode_graph_bs=shape.decode_graph_bs,
+        derived_by_backend=derived_by_backend(shape, it.gpu_memory_mib, m.hidden_size, m.routed_experts),
     )
 
 
@@ -664,6 +891,9 @@ def _estimates(p: Profile, roles: dict[str, RolePlan], m: Model) -> Estimates:
         staging_minutes=round(staging, 1),
         load_minutes=round(load, 1),
         startup_budget_minutes=round(2 * (load + WARMUP_MINUTES)),
+        precompile_minutes=DEEPGEMM_COMPILE_MINUTES,
+        # If the precompile step timed out, the server compiles the same kernels itself before /health.
+        first_boot_budget_minutes=round(2 * (load + WARMUP_MINUTES + DEEPGEMM_COMPILE_MINUTES)),
         image_ready_minutes={source: _image_ready_minutes(source) for source in ("eks-optimized", "custom")},
     )
 
@@ -699,4 +929,6 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
     return value

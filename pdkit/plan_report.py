@@ -14,7 +14,10 @@ def as_json(plan: Plan) -> str:
 def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity offerings` when you are ready to buy a block)") -> str:
     it, m, est = plan.instance, plan.model, plan.estimates
     reservation = (
-        f"{plan.reservation_id} (placeholder: synth only, the deploy guard refuses it)"
+        f"{plan.reservation_label} (capacity.purchase: USD {plan.purchase.upfront_fee_usd:,.2f} for "
+        f"{plan.purchase.instance_hours} instance-hours, confirmed by `make deploy`)"
+        if plan.purchase
+        else f"{plan.reservation_id} (placeholder: synth only, the deploy guard refuses it)"
         if plan.reservation_is_placeholder
         else plan.reservation_id
     )
@@ -33,10 +36,14 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
         + (", the latency-critical path on EFA." if plan.decode.ep_spans_nodes else "; the EP group stays inside one node."),
         f"  Prefill: {plan.prefill.pp_transfers_per_chunk} pipeline send/recv per chunk across nodes, {plan.prefill.cross_node_moe_messages_per_token} cross-node MoE messages.",
         "",
+        *_memory_lines(plan),
+        "",
         "  Images           " + ", ".join(f"{i.repository}:{i.tag}" for i in plan.images.values()),
         "",
         "  Estimates (assumptions in pdkit/plan.py):",
-        f"    weights staging S3 -> NVMe  ~{est.staging_minutes:g} min per node, load ~{est.load_minutes:g} min, start-up probe budget {est.startup_budget_minutes:g} min",
+        f"    weights staging S3 -> NVMe  ~{est.staging_minutes:g} min per node, load ~{est.load_minutes:g} min, warm-boot budget {est.startup_budget_minutes:g} min",
+        f"    first boot (cold compile caches)  DeepGEMM precompile ~{est.precompile_minutes:g} min, then the start-up probes allow "
+        f"{est.first_boot_budget_minutes:g} min; the warm cache is saved to s3://<weights bucket>/{plan.weights.compile_cache_prefix}{plan.name}/ at drain",
         _image_line(plan),
     ]
     if est.gpu_cost_per_hour_usd is not None:
@@ -55,6 +62,31 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
     return "\n".join(lines)
 
 
+def _memory_lines(plan: Plan) -> list[str]:
+    """Per GPU, per role: the static pool SGLang sizes from --mem-fraction-static, and what must stay outside it."""
+    lines = [f"  Memory per GPU ({plan.instance.gpu_memory_gb:.1f} GB; model and sources in pdkit/gpu_memory.py):"]
+    for r in plan.roles.values():
+        b = r.memory
+        source = (
+            f"derived {b.mem_fraction_derived:.2f}"
+            if b.mem_fraction_static == b.mem_fraction_derived
+            else f"profile override, the model derives {b.mem_fraction_derived:.2f}"
+        )
+        draft = f" + MTP draft {b.draft_weights_gb:.1f}" if b.draft_weights_gb else ""
+        graphs = f"CUDA graphs {b.cuda_graphs_gb:.1f}" + (
+            f" ({len(b.decode_graph_bs)} decode sizes up to {max(b.decode_graph_bs)} per rank)" if b.decode_graph_bs else " (prefill)"
+        )
+        headroom = f" + capture headroom {b.capture_headroom_gb:.1f}" if b.capture_headroom_gb else ""
+        draft_graphs = f" + MTP draft graphs {b.draft_graphs_gb:.1f}" if b.draft_graphs_gb else ""
+        lines += [
+            f"    {r.name:<8} mem_fraction_static {b.mem_fraction_static:.2f} ({source}), {r.a2a_backend} {r.deepep_mode or ''}".rstrip(),
+            f"             static: weights {b.weights_gb:.1f}{draft} + KV {b.kv_gb:.1f} GB",
+            f"             reserve {b.reserve_gb:.1f} GB: runtime {b.runtime_gb:.1f} + {graphs} + EP buffers {b.ep_buffers_gb:.1f}{headroom}{draft_graphs}",
+            "             derived by backend: " + ", ".join(f"{name} {value:.2f}" for name, value in b.derived_by_backend.items()),
+        ]
+    return lines
+
+
 def _image_line(plan: Plan) -> str:
     minutes = plan.estimates.image_ready_minutes
     return (
@@ -65,7 +97,21 @@ def _image_line(plan: Plan) -> str:
 
 
 def _role_table(plan: Plan) -> str:
-    head = ("role", "nodes", "GPUs", "tp", "pp", "ep", "attn", "experts/GPU", "weights/GPU", "KV/GPU", "KV tokens/GPU", "DeepEP mode")
+    head = (
+        "role",
+        "nodes",
+        "GPUs",
+        "tp",
+        "pp",
+        "ep",
+        "attn",
+        "experts/GPU",
+        "weights/GPU",
+        "KV/GPU",
+        "KV tokens/GPU",
+        "MoE a2a (image)",
+        "DeepEP mode",
+    )
     rows = [head] + [_row(r) for r in plan.roles.values()]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
@@ -85,5 +131,6 @@ def _row(r: RolePlan) -> tuple[str, ...]:
         f"{r.weights_gb_per_gpu:.1f} GB",
         f"{r.kv_budget_gb_per_gpu:.1f} GB",
         f"{r.kv_tokens_per_gpu:,}",
+        f"{r.a2a_backend} ({r.image})",
         r.deepep_mode or "-",
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from decimal import Decimal
 from ipaddress import IPv4Network
 from typing import Literal
 
@@ -17,6 +18,8 @@ from pdkit.errors import short
 
 PLACEHOLDER_RESERVATION = "cr-00000000000000000"
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+# Offering ids as DescribeCapacityBlockOfferings returns them: a cb- prefix and an id (its alphabet and length are not documented).
+OFFERING_ID = re.compile(r"^cb[a-z]*-[0-9A-Za-z]+$")
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 
@@ -50,8 +53,39 @@ class Aws(_Section):
         return v
 
 
+class Purchase(_Section):
+    """Opt-in: `cdk deploy` buys the block (a custom resource in the capacity stack), once, at this exact fee.
+
+    The offering is found again with capacity.instance_type, instance_count and duration_hours and the
+    window below, the same query `pdkit capacity offerings --earliest/--latest` lists it with."""
+
+    offering_id: str = Field(description="The cbr-... id printed by `pdkit capacity offerings`.")
+    confirm_upfront_fee_usd: Decimal = Field(
+        gt=0, description="The upfront fee you accept, exactly as `pdkit capacity offerings` prints it."
+    )
+    earliest_start: datetime | None = Field(default=None, description="The --earliest the offering was listed with, if any.")
+    latest_end: datetime | None = Field(default=None, description="The --latest the offering was listed with, if any.")
+
+    @field_validator("offering_id")
+    @classmethod
+    def _offering(cls, v: str) -> str:
+        if not OFFERING_ID.fullmatch(v):
+            raise FieldFix("not a Capacity Block offering id (cb-...)", "copy the offering id from `pdkit capacity offerings`")
+        return v
+
+    @field_validator("earliest_start", "latest_end")
+    @classmethod
+    def _aware(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise FieldFix("a time without a time zone", "write it in UTC with a Z, e.g. 2026-12-01T00:00:00Z")
+        return v
+
+
 class Capacity(_Section):
     reservation_id: str = Field(description="The cr-... id of the Capacity Block; the placeholder synthesizes only.")
+    purchase: Purchase | None = Field(
+        default=None, description="Buy the block at deploy time instead (keep the placeholder reservation_id)."
+    )
     instance_type: str
     instance_count: int = Field(gt=0)
     duration_hours: int = Field(default=24, description="Block length to search offerings for.")
@@ -159,9 +193,35 @@ class Parallelism(_Section):
     pp: int = Field(default=1, gt=0)
     attn_cp: int = Field(default=1, gt=0, description="Attention context parallel size (prefill only).")
     attn_dp: int = Field(default=1, gt=0, description="Attention data parallel size.")
-    moe_a2a_backend: Literal["deepep", "none"] = "deepep"
+    moe_a2a_backend: Literal["uccl-ep", "deepep", "none"] = Field(
+        default="uccl-ep",
+        description="MoE all-to-all: uccl-ep (UCCL-EP as deep_ep, over EFA), deepep (upstream DeepEP, sgl-deep-ep; NVLink only) or none.",
+    )
     deepep_mode: Literal["normal", "low_latency"] | None = None
     ep: int | None = Field(default=None, gt=0, description="Expert parallel size; DeepEP forces ep = tp.")
+
+
+class RoleSecurity(_Section):
+    """The escape hatch for a role whose fabric libraries need more than the kit's unprivileged pods
+    (runbooks/02-serve.md, "Pod security"). Both the role's serving pods and `pdkit validate`'s checks
+    for that role run with it, so a validation pass still predicts serving. Capabilities, privileged
+    and an Unconfined seccomp profile need `serving.pod_security: privileged`: Pod Security "baseline"
+    admits none of them (`seccomp: node-default`, an unset profile, it does admit)."""
+
+    # IPC_LOCK: pin memory beyond RLIMIT_MEMLOCK (verbs memory registration). SYS_NICE: the runtime's
+    # default seccomp profile admits get_mempolicy/mbind/set_mempolicy only with it (NUMA queries).
+    capabilities: tuple[Literal["IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"], ...] = ()
+    # "node-default" leaves the pod's seccompProfile unset: kubelet's default (Unconfined unless kubelet
+    # runs with seccompDefault), which "baseline" admits; validation then runs under "baseline" too.
+    # RuntimeDefault admits NUMA syscalls only with SYS_NICE (pdkit/serving/role_pod.py): tighten to it
+    # once `pdkit validate` passes with it on the hardware.
+    seccomp: Literal["node-default", "RuntimeDefault", "Unconfined"] = "node-default"
+    privileged: bool = False
+
+    @property
+    def relaxed(self) -> bool:
+        """More than Pod Security "baseline" admits."""
+        return bool(self.capabilities) or self.seccomp == "Unconfined" or self.privileged
 
 
 class Role(_Section):
@@ -169,12 +229,18 @@ class Role(_Section):
     nodes_per_replica: int = Field(gt=0)
     parallelism: Parallelism
     context_length: int = Field(gt=0, description="Cap it: an uncapped KV pool hangs SGLang after weight load.")
-    mem_fraction_static: float = Field(gt=0.3, lt=0.96)
+    mem_fraction_static: float | None = Field(
+        default=None,
+        gt=0.3,
+        lt=0.96,
+        description="Override of the fraction the plan derives from its per-GPU memory model (`pdkit plan` shows both).",
+    )
     max_running_requests: int = Field(gt=0)
     chunked_prefill_size: int | None = Field(default=None, gt=0)
     cuda_graph_max_bs: int | None = Field(default=None, gt=0)
     two_batch_overlap: bool = False
     mtp: Mtp = Mtp()
+    security: RoleSecurity = RoleSecurity()
 
 
 class Roles(_Section):
@@ -193,6 +259,10 @@ class Serving(_Section):
     router: Router = Router()
     host_network: bool = Field(
         default=False, description="SGLang pods on the host network; the namespace's Pod Security then becomes privileged."
+    )
+    pod_security: Literal["baseline", "privileged"] = Field(
+        default="baseline",
+        description="Pod Security level the serving namespace enforces; `privileged` only to admit roles.<role>.security.",
     )
 
 

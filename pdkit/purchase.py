@@ -163,6 +163,37 @@ def find_block(ec2: Any, offer: Offering, purchase_id: str) -> list[Sighting]:
             return tagged or alike
 
 
+def find_tagged(ec2: Any, *, instance_type: str, availability_zone: str, purchase_id: str) -> list[Sighting]:
+    """Reservations carrying our purchase tag: what a purchase sent earlier with this id bought, if anything.
+    Filtered server-side only on the documented filters (API_DescribeCapacityReservations lists no tag:<key>
+    filter), the tag matched here, as find_block does."""
+    filters = [
+        {"Name": "instance-type", "Values": [instance_type]},
+        {"Name": "availability-zone", "Values": [availability_zone]},
+    ]
+    found: list[Sighting] = []
+    token: str | None = None
+    while True:
+        page = ec2.describe_capacity_reservations(Filters=filters, **({"NextToken": token} if token else {}))
+        for raw in page.get("CapacityReservations", []):
+            tags = {t.get("Key"): t.get("Value") for t in raw.get("Tags", [])}
+            if tags.get(PURCHASE_TAG) == purchase_id:
+                res = reservation_from(raw)
+                found.append(Sighting(res.id, res.state, res.start, res.end, f"tag {PURCHASE_TAG}={purchase_id}"))
+        token = page.get("NextToken")
+        if not token:
+            return found
+
+
+def tag_lookup_command(*, instance_type: str, availability_zone: str, purchase_id: str) -> str:
+    """The AWS CLI command that lists the reservations carrying this purchase's tag."""
+    return (
+        f"aws ec2 describe-capacity-reservations --filters Name=instance-type,Values={instance_type} "
+        f"Name=availability-zone,Values={availability_zone} "
+        f"--query \"CapacityReservations[?Tags[?Key=='{PURCHASE_TAG}' && Value=='{purchase_id}']].[CapacityReservationId,State]\""
+    )
+
+
 def find_extension(ec2: Any, offer: ExtensionOffering, reservation_id: str) -> list[Sighting]:
     """Extensions of the reservation bought from this offering (DescribeCapacityBlockExtensionHistory filter
     capacity-block-extension-offering-id)."""

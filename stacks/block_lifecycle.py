@@ -34,7 +34,16 @@ TIMEOUT_MINUTES = 15
 
 class BlockLifecycle(Construct):
     def __init__(
-        self, scope: Construct, id_: str, *, plan: Plan, cluster: eks.ICluster, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        plan: Plan,
+        reservation_id: str,
+        cluster: eks.ICluster,
+        vpc: ec2.IVpc,
+        key: kms.IKey,
+        log_retention_days: int,
     ) -> None:
         super().__init__(scope, id_)
         stack = cdk.Stack.of(self)
@@ -53,7 +62,7 @@ class BlockLifecycle(Construct):
             log_retention_days=log_retention_days,
             environment={
                 "CLUSTER_NAME": plan.cluster_name,
-                "RESERVATION_ID": plan.reservation_id,
+                "RESERVATION_ID": reservation_id,
                 "NODE_GROUPS": json.dumps(groups, sort_keys=True),
                 "DRAIN_LEAD_MINUTES": str(plan.drain_lead_minutes),
                 "TOPIC_ARN": self.topic.topic_arn,
@@ -105,11 +114,11 @@ class BlockLifecycle(Construct):
             self,
             "BlockEvents",
             rule_name=f"{plan.name}-block-events",
-            description=f"{plan.reservation_id}: delivered and expiration-warning events",
+            description=f"{reservation_id}: delivered and expiration-warning events",
             event_pattern=events.EventPattern(
                 source=["aws.ec2"],
                 detail_type=[*reservation.DELIVERED, *reservation.EXPIRING],
-                detail={"capacity-reservation-id": [plan.reservation_id]},
+                detail={"capacity-reservation-id": [reservation_id]},
             ),
             retry_attempts=4,
         )

@@ -18,6 +18,7 @@ from constructs import Construct
 
 from pdkit.plan import Plan, RolePlan
 from stacks.block_lifecycle import BlockLifecycle
+from stacks.capacity_purchase import CapacityPurchase
 from stacks.cluster_stack import NODE_POLICIES, ClusterStack
 from stacks.encrypted_log_group import logs_key
 from stacks.gpu_launch_template import GpuLaunchTemplate
@@ -46,6 +47,14 @@ class CapacityStack(cdk.Stack):
             },
         )
 
+        # With capacity.purchase the deploy buys the block, and every consumer reads the id from that resource.
+        self.purchase = (
+            CapacityPurchase(self, "Purchase", plan=plan, purchase=plan.purchase, vpc=vpc, key=key, log_retention_days=retention)
+            if plan.purchase
+            else None
+        )
+        self.reservation_id = self.purchase.reservation_id if self.purchase else plan.reservation_id
+
         self.placement_group = (
             ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster") if plan.placement_group == "cluster" else None
         )
@@ -61,6 +70,7 @@ class CapacityStack(cdk.Stack):
                 efa_security_group=self.efa_security_group,
                 placement_group=self.placement_group.ref if self.placement_group else None,
                 role=role,
+                reservation_id=self.reservation_id,
             ).template
 
         shared = None if custom_image else launch_template("GpuLaunchTemplate", None)
@@ -69,7 +79,9 @@ class CapacityStack(cdk.Stack):
             for role in plan.roles.values()
         }
 
-        self.guard = ReservationGuard(self, "ReservationGuard", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
+        self.guard = ReservationGuard(
+            self, "ReservationGuard", plan=plan, reservation_id=self.reservation_id, vpc=vpc, key=key, log_retention_days=retention
+        )
         self.node_role = iam.Role(
             self,
             "GpuNodeRole",
@@ -112,10 +124,19 @@ class CapacityStack(cdk.Stack):
             self.node_groups[role.name] = group
 
         self.lifecycle = BlockLifecycle(
-            self, "BlockLifecycle", plan=plan, cluster=cluster.cluster, vpc=vpc, key=key, log_retention_days=retention
+            self,
+            "BlockLifecycle",
+            plan=plan,
+            reservation_id=self.reservation_id,
+            cluster=cluster.cluster,
+            vpc=vpc,
+            key=key,
+            log_retention_days=retention,
         )
         for name, template in self.launch_templates.items():
             cdk.CfnOutput(self, f"{name.capitalize()}LaunchTemplateId", value=template.ref)
+        if self.purchase:
+            cdk.CfnOutput(self, "ReservationId", value=self.purchase.reservation_id, description="The Capacity Block this stack bought")
 
     @property
     def availability_zones(self) -> list[str]:

@@ -30,6 +30,10 @@ WAIT_FOR_READY = {"lws": "the LeaderWorkerSet CRD and the mutating/validating we
 CHART_WAIT_TIMEOUT = cdk.Duration.minutes(10)
 
 
+# A string, as the add-on's configuration schema types it (aws eks describe-addon-configuration).
+VPC_CNI_CONFIGURATION: dict[str, Any] = {"enableNetworkPolicy": "true"}
+
+
 class ManagedAddons(Construct):
     """vpc-cni (>= 1.18.5 for EFA-only interfaces), CoreDNS, kube-proxy, Pod Identity agent, node monitoring agent."""
 
@@ -39,6 +43,11 @@ class ManagedAddons(Construct):
         self.addons: dict[str, eks.CfnAddon] = {}
         for name in ("vpc-cni", "coredns", "kube-proxy", "eks-node-monitoring-agent"):
             config: dict[str, Any] | None = None
+            if name == "vpc-cni":
+                # The serving namespace's NetworkPolicies (pdkit/serving/manifests.py) are only enforced
+                # when the VPC CNI's network policy agent is on; EKS accepts them silently otherwise.
+                # https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html
+                config = VPC_CNI_CONFIGURATION
             if name == "eks-node-monitoring-agent":
                 # Its DCGM pod tolerates no taints by default, so GPU health checks (and GPU auto repair)
                 # would silently skip the tainted GPU nodes. aws/eks-node-monitoring-agent chart values.

@@ -30,6 +30,7 @@ class GpuLaunchTemplate(Construct):
         cluster_security_group_id: str,
         efa_security_group: ec2.ISecurityGroup,
         placement_group: str | None,
+        reservation_id: str,
         role: RolePlan | None = None,
     ) -> None:
         super().__init__(scope, id_)
@@ -62,7 +63,7 @@ class GpuLaunchTemplate(Construct):
                 image_id=image_id,
                 instance_market_options=L.InstanceMarketOptionsProperty(market_type="capacity-block"),
                 capacity_reservation_specification=L.CapacityReservationSpecificationProperty(
-                    capacity_reservation_target=L.CapacityReservationTargetProperty(capacity_reservation_id=plan.reservation_id)
+                    capacity_reservation_target=L.CapacityReservationTargetProperty(capacity_reservation_id=reservation_id)
                 ),
                 metadata_options=metadata_options(),
                 monitoring=detailed_monitoring(),

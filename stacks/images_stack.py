@@ -18,7 +18,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from pdkit.images import ROOT
+from pdkit.images import ROOT, context_files_outside_containers
 from pdkit.plan import Plan
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.kit_function import KitFunction
@@ -70,20 +70,8 @@ class ImagesStack(cdk.Stack):
             # containers/ plus the pdkit modules the serving image copies for the weights-staging init
             # container (containers/sglang-efa/Dockerfile.dockerignore); the build context is this root.
             # ".*": "*" skips dot entries, which would let .venv/.git/... files into the hash and the zip.
-            exclude=[
-                "*",
-                ".*",
-                "!containers",
-                "!containers/**",
-                "!pdkit",
-                "!pdkit/__init__.py",
-                "!pdkit/serving",
-                "!pdkit/serving/__init__.py",
-                "!pdkit/serving/staging.py",
-                "!pdkit/serving/weights_manifest.py",
-                "!pdkit/serving/weights_import.py",
-                "**/__pycache__",
-            ],
+            # The pdkit files come from the images' Dockerfile.dockerignore allow-lists, so a new COPY needs no edit here.
+            exclude=["*", ".*", "!containers", "!containers/**", *_admit(context_files_outside_containers()), "**/__pycache__"],
         )
         logs_kms = logs_key(self, "BuildLogsKey", description=f"{plan.name}: image build logs")
         build_logs = EncryptedLogGroup(self, "BuildLogs", key=logs_kms, retention_days=plan.profile.cluster.log_retention_days)
@@ -172,6 +160,12 @@ class ImagesStack(cdk.Stack):
                 + "; asset object keys are content hashes known only at publish time.",
             },
         )
+
+
+def _admit(files: list[str]) -> list[str]:
+    """`!dir` for every parent (an excluded directory is not walked) then `!file`, in the asset's glob syntax."""
+    parents = sorted({"/".join(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)})
+    return [f"!{name}" for name in [*parents, *files]]
 
 
 def _build_spec(plan: Plan, registry: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         network=network,
         cluster=cluster,
         env=env,
-        description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_id}, guard, lifecycle automation",
+        description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_label}, guard, lifecycle automation",
     )
     images = ImagesStack(
         app,

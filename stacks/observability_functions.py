@@ -60,7 +60,7 @@ class BlockClock(Construct):
             "Function",
             handler="pdkit.functions.block_clock.handler",
             modules=BLOCK_CLOCK_MODULES,
-            description=f"{plan.name}: minutes left in Capacity Block {plan.reservation_id}, every minute",
+            description=f"{plan.name}: minutes left in Capacity Block {plan.reservation_label}, every minute",
             vpc=vpc,
             key=key,
             log_retention_days=log_retention_days,

@@ -39,6 +39,9 @@ class ObservabilityStack(cdk.Stack):
     ) -> None:
         self._zones = list(plan.availability_zones)
         super().__init__(scope, id_, **kwargs)
+        # With capacity.purchase the block's id exists once the capacity stack has bought it: the clock, alarms and
+        # dashboards read it from there (the same id as the profile's otherwise).
+        plan = plan.with_reservation_id(capacity.reservation_id)
         vpc = network.vpc
         retention = plan.profile.cluster.log_retention_days
         key = logs_key(self, "ObservabilityKey", description=f"{plan.name}: observability functions (logs, dead letters)")

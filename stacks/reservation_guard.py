@@ -16,7 +16,9 @@ from stacks.policy import acknowledge
 
 
 class ReservationGuard(Construct):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int) -> None:
+    def __init__(
+        self, scope: Construct, id_: str, *, plan: Plan, reservation_id: str, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int
+    ) -> None:
         super().__init__(scope, id_)
         self.function = KitFunction(
             self,
@@ -50,7 +52,7 @@ class ReservationGuard(Construct):
             service_token=self.function.function.function_arn,
             resource_type="Custom::CapacityBlockGuard",
             properties={
-                "ReservationId": plan.reservation_id,
+                "ReservationId": reservation_id,
                 "InstanceType": plan.instance.name,
                 "InstanceCount": str(plan.instance_count),
                 "AvailabilityZone": plan.block_az,

@@ -18,6 +18,7 @@ from constructs import Construct
 
 from pdkit.plan import Plan
 from pdkit.serving import inputs, manifests, names
+from pdkit.serving.compile_cache_objects import cache_prefix
 from pdkit.serving.weights_manifest import MANIFEST_NAME
 from stacks.cluster_stack import ClusterStack
 from stacks.policy import acknowledge
@@ -75,6 +76,13 @@ class ServingStack(cdk.Stack):
                 iam.PolicyStatement(actions=["s3:ListBucket"], resources=[self.weights.bucket_arn]),
                 iam.PolicyStatement(actions=["s3:GetObject"], resources=[self.weights.arn_for_objects(f"{plan.weights.prefix}*")]),
                 iam.PolicyStatement(actions=["kms:Decrypt"], resources=[key.key_arn]),
+                # The warm SGLang compile cache: restored at start, saved at the end-of-block drain
+                # (pdkit/serving/compile_cache.py; multipart upload for archives over 8 MiB).
+                iam.PolicyStatement(
+                    actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+                    resources=[self.weights.arn_for_objects(f"{cache_prefix(plan)}*")],
+                ),
+                iam.PolicyStatement(actions=["kms:GenerateDataKey"], resources=[key.key_arn]),
             ],
         )
         self.reader_role = self._pod_identity(
@@ -111,6 +119,7 @@ class ServingStack(cdk.Stack):
             reader,
             {
                 f"AwsSolutions-IAM5[Resource::<{self.resolve(self._logical(self.weights))}.Arn>/{plan.weights.prefix}*]": "Read access to the objects under this model's prefix in the kit's own weights bucket; object keys are the checkpoint's file names.",
+                f"AwsSolutions-IAM5[Resource::<{self.resolve(self._logical(self.weights))}.Arn>/{cache_prefix(plan)}*]": "Read and write of this deployment's compile-cache archives in the kit's own weights bucket; each key is a hash of the SGLang version, image and command line, unknown before render.",
             },
         )
 

@@ -185,7 +185,8 @@ def test_workload_is_read_from_the_records_not_the_profile(plan, tmp_path):
     """bench_serving writes the lengths it ran with into each --output-file record ("random_input_len",
     "random_output_len", "random_range_ratio" in the result dict of sglang/bench_serving.py) and, with
     --output-details, one TTFT per request. Those say what ran; the profile (output 512, 200 prompts, 16
-    warm-up) says what the next run would do. Nothing in the records names the warm-up: unknown."""
+    warm-up) says what the next run would do. The dataset is the records' "dataset_name". Nothing in the
+    records names the warm-up: unknown."""
     src = tmp_path / "in"
     shutil.copytree(BENCH / "sweep", src)
     (src / "run.json").unlink()
@@ -193,8 +194,8 @@ def test_workload_is_read_from_the_records_not_the_profile(plan, tmp_path):
     the_seed = seed.load()
     text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
     assert _workload_line(text) == (
-        "- Workload (from the run's records): unknown dataset, input 2048 / output 32 tokens (range ratio 1), "
-        "16 prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64."
+        "- Workload (from the run's records): random dataset, input 2048 / output 32 tokens (range ratio 1), "
+        "16 prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64, request rate all at once."
     )
 
 
@@ -206,7 +207,7 @@ def test_workload_from_run_json_names_the_warm_up(written):
     line = _workload_line(text)
     assert line == (
         "- Workload (from the run's records): random dataset, input 2048 / output 32 tokens (range ratio 1), "
-        "16 prompts per level after 4 warm-up requests, concurrency 1, 4, 16, 64."
+        "16 prompts per level after 4 warm-up requests, concurrency 1, 4, 16, 64, request rate all at once."
     )
 
 
@@ -218,7 +219,7 @@ def test_printed_summaries_say_nothing_of_the_workload(plan, tmp_path):
     text = report.markdown(results.load_dir(BENCH / "summary-only"), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
     assert _workload_line(text) == (
         "- Workload (from the run's records): unknown dataset, input unknown / output unknown tokens (range ratio unknown), "
-        "unknown prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64."
+        "unknown prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64, request rate all at once."
     )
 
 
@@ -250,3 +251,80 @@ def test_a_broken_run_record_is_one_line(capsys, tmp_path, content):
     assert err.count("\n") == 1
     assert err.startswith("pdkit: error: ")
     assert "Fix: restore the run.json" in err
+
+
+# --- A/B: two runs side by side, labelled by the backend each role ran ------------------------------------
+
+
+def _ab_run(tmp_path, name, roles, *, ttft_scale=1.0):
+    """A copy of the sweep fixture as `pdkit bench` leaves it, with run.json's per-role backends and TTFT scaled
+    (bench_serving writes mean_ttft_ms / p99_ttft_ms / input_throughput per level in each --output-file record)."""
+    src = tmp_path / name
+    shutil.copytree(BENCH / "sweep", src)
+    meta = json.loads((src / "run.json").read_text()) | {"roles": roles}
+    (src / "run.json").write_text(json.dumps(meta))
+    for path in src.glob("bench-c*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for record in records:
+            for key in ("mean_ttft_ms", "p99_ttft_ms"):
+                record[key] *= ttft_scale
+            record["input_throughput"] /= ttft_scale
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return src
+
+
+UCCL_BOTH = {
+    "prefill": {"moe_a2a_backend": "uccl-ep", "deepep_mode": "normal", "image": "sglang-efa-x"},
+    "decode": {"moe_a2a_backend": "uccl-ep", "deepep_mode": "low_latency", "image": "sglang-efa-x"},
+}
+DEEPEP_PREFILL = UCCL_BOTH | {"prefill": {"moe_a2a_backend": "deepep", "deepep_mode": "normal", "image": "sglang-deepep-x"}}
+
+
+def test_compare_sets_two_runs_side_by_side_labelled_by_their_backends(capsys, tmp_path):
+    """`pdkit report --bench A --compare B` writes compare.md: per concurrency, TTFT/TPOT/ITL/throughput of both runs,
+    each run labelled with the per-role backend from its own run.json (what `pdkit bench` recorded), not the profile's."""
+    a = _ab_run(tmp_path, "a", UCCL_BOTH)
+    b = _ab_run(tmp_path, "b", DEEPEP_PREFILL, ttft_scale=0.5)
+    out = tmp_path / "r"
+    assert fakes.main(["report", "--bench", str(a), "--compare", str(b), "--out", str(out)]) == 0
+    assert f"wrote {out / report.COMPARE_REPORT}" in capsys.readouterr().out
+    text = (out / report.COMPARE_REPORT).read_text()
+    assert f"- A: {a} (prefill uccl-ep normal, decode uccl-ep low_latency)" in text
+    assert f"- B: {b} (prefill deepep normal, decode uccl-ep low_latency)" in text
+    a_c4 = next(lv for lv in results.load_dir(a).levels if lv.concurrency == 4)
+    ttft = a_c4.get("mean_ttft_ms")
+    assert f"| c=4 | mean TTFT (ms) | {ttft:.0f} | {ttft * 0.5:.0f} | -50% (B better) |" in text
+    assert f"| c=4 | input tok/s | {a_c4.get('input_throughput'):.0f} | {a_c4.get('input_throughput') * 2:.0f} | +100% (B better) |" in text
+    for metric in ("mean TPOT (ms)", "p99 ITL (ms)", "output tok/s"):
+        assert f"| c=64 | {metric} |" in text
+    assert "Warning" not in text
+
+
+def test_compare_warns_when_a_run_did_not_record_its_backends(capsys, tmp_path):
+    """A run without per-role backends in run.json (older `pdkit bench`, or bare bench_serving files) cannot be labelled."""
+    a = _ab_run(tmp_path, "a", UCCL_BOTH)
+    b = tmp_path / "b"
+    shutil.copytree(BENCH / "sweep", b)
+    assert fakes.main(["report", "--bench", str(a), "--compare", str(b), "--out", str(tmp_path / "r")]) == 0
+    text = (tmp_path / "r" / report.COMPARE_REPORT).read_text()
+    assert f"- B: {b} (backend not recorded)" in text
+    assert "**Warning:** B has no per-role backend in its run.json" in text
+
+
+def test_bench_records_each_roles_backend_in_run_json(tmp_path):
+    """run.json's "roles" is what the comparison reads: each role's backend, DeepEP mode and image tag, from the plan
+    of the profile that ran (here the A/B partner profile: upstream DeepEP on prefill, UCCL-EP on decode)."""
+    from pdkit.bench import run as bench_run
+    from tests.fixtures.fabric.fakes import Clock
+    from tests.test_bench_run import _pod_log
+
+    profile, path = profile_files.load("config/glm51-fp8-2p2d-deepep-prefill.yaml")
+    ab = plan_mod.build(profile, profile_path=path)
+    cluster = FakeCluster(logs={"bench": {0: _pod_log()}})
+    bench_run.run(ab, cluster, image="img", out_dir=tmp_path, levels=(1, 4), waiting=fakes.waiting(Clock()), run_id="r1")
+    roles = json.loads((tmp_path / "run.json").read_text())["roles"]
+    assert roles == {
+        "prefill": {"moe_a2a_backend": "deepep", "deepep_mode": "normal", "image": ab.images["sglang-deepep"].tag},
+        "decode": {"moe_a2a_backend": "uccl-ep", "deepep_mode": "low_latency", "image": ab.images["sglang-efa"].tag},
+    }
+    assert report.backend_label(json.loads((tmp_path / "run.json").read_text())) == "prefill deepep normal, decode uccl-ep low_latency"

@@ -99,7 +99,7 @@ def test_load_dir_errors(tmp_path):
     with pytest.raises(KitError, match="no bench_serving results"):
         results.load_dir(tmp_path)
     (tmp_path / "bad.jsonl").write_text("{not json\n")
-    with pytest.raises(KitError, match=r"bad\.jsonl:1 is not JSON"):
+    with pytest.raises(KitError, match=r"Skipped: bad\.jsonl:1: not JSON"):
         results.load_dir(tmp_path)
 
 

@@ -105,7 +105,7 @@ def test_up_on_a_scheduled_block_says_when_it_starts(aws, tmp_path, capsys):
     assert main(["nodes", "up", "--profile", real_profile(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "(in 3 h 0 min)" in err
-    assert "run `pdkit nodes up` after the start" in err
+    assert "run `pdkit nodes up --profile" in err  # the fix repeats the invocation's profile
 
 
 def test_up_with_the_placeholder_points_to_offerings(aws, capsys):

@@ -78,6 +78,7 @@ def test_nccl_tcp_provider_is_not_efa():
 def test_nccl_wrong_values_and_na():
     text = "\n".join(
         [
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong",
             "     1048576        262144     float     sum      -1    50.62   20.71   40.13       3    50.88   20.61   39.93     N/A",
             "# Out of bounds values : 3 FAILED",
         ]

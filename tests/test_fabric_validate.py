@@ -17,6 +17,7 @@ from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import Clock, FakeCluster, fixture
 
 IMAGE = "registry.example/validation:v1"
+SERVING_IMAGE = "registry.example/sglang-efa:v1"
 
 GOOD_LOGS = {
     "node-image": dict.fromkeys(range(4), fixture("node-image-eks.log")),
@@ -49,6 +50,22 @@ def test_all_phases_pass_and_everything_is_cleaned_up(plan):
     deleted = {(o["kind"], o["metadata"]["name"]) for o in cluster.deleted}
     assert created == deleted
     assert ("Secret", "agent-abc123") in deleted
+
+
+def test_the_cli_runs_the_decode_check_in_the_serving_image_and_records_it(monkeypatch, tmp_path):
+    """Issue 14 item 8: the UCCL-EP check stands for decode, so it runs in decode's serving image (the
+    validation image's deep_ep could differ from the one serving loads); the result says which image."""
+    from pdkit.fabric import cluster as cluster_mod
+
+    fake = FakeCluster(logs=GOOD_LOGS)
+    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: fake)
+    out = tmp_path / "v.json"
+    assert fakes.main(["validate", "--out", str(out), "--image", IMAGE, "--serving-image", SERVING_IMAGE]) == 0
+    uccl = next(o for o in fake.created if o["kind"] == "Job" and o["metadata"]["name"].startswith("uccl-decode-0"))
+    assert uccl["spec"]["template"]["spec"]["containers"][0]["image"] == SERVING_IMAGE
+    nccl = next(o for o in fake.created if o["kind"] == "Job" and o["metadata"]["name"].startswith("nccl"))
+    assert nccl["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    assert json.loads(out.read_text())["role_images"] == {"prefill": SERVING_IMAGE, "decode": SERVING_IMAGE}
 
 
 def test_keep_leaves_the_objects(plan):
@@ -175,7 +192,7 @@ def test_cli_runs_prints_and_saves(monkeypatch, capsys, tmp_path):
     fake = FakeCluster(logs=GOOD_LOGS)
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: fake)
     out = tmp_path / "validate.json"
-    assert fakes.main(["validate", "--out", str(out), "--image", IMAGE]) == 0
+    assert fakes.main(["validate", "--out", str(out), "--image", IMAGE, "--serving-image", SERVING_IMAGE]) == 0
     text = capsys.readouterr().out
     assert "all_reduce_perf bus bandwidth" in text
     assert "PASS" in text
@@ -189,7 +206,8 @@ def test_cli_exit_code_is_one_on_failure(monkeypatch, capsys, tmp_path):
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs=logs))
-    assert fakes.main(["validate", "--out", str(tmp_path / "v.json"), "--output", "json", "--image", IMAGE]) == 1
+    argv = ["validate", "--out", str(tmp_path / "v.json"), "--output", "json", "--image", IMAGE, "--serving-image", SERVING_IMAGE]
+    assert fakes.main(argv) == 1
     data = json.loads(capsys.readouterr().out)
     failed = [c for c in data["checks"] if c["status"] == "FAIL"]
     assert {c["name"] for c in failed} >= {"all_reduce_perf network", "alltoall_perf network"}

@@ -138,7 +138,23 @@ def test_build_uses_the_dockerfile_and_context_of_the_versions_file(kit):
             [sys.executable, str(ROOT / "containers" / "build_args.py"), image.name, "--paths"], capture_output=True, text=True, check=True
         ).stdout.split()
         spec = doc["images"][image.name]
-        assert printed == [spec["dockerfile"], spec["context"]]
+        assert printed == [spec["dockerfile"], spec["context"], *([spec["target"]] if spec.get("target") else [])]
+
+
+def test_each_moe_backend_has_its_own_built_image(kit):
+    """uccl-ep and upstream deepep need different deep_ep modules (UCCL-EP's wrapper vs sgl-deep-ep), so the plan names
+    two serving images, each with its own repository, tag and CodeBuild step; the seed profile runs UCCL-EP on both roles."""
+    tags = {name: image.tag for name, image in kit.plan.images.items()}
+    assert {"sglang-efa", "sglang-deepep"} <= set(tags)
+    assert tags["sglang-efa"] != tags["sglang-deepep"]
+    repos = {r["Properties"]["RepositoryName"] for r in kit.template("images").find_resources("AWS::ECR::Repository").values()}
+    assert "glm51-2p2d/sglang-deepep" in repos
+    commands = " ".join(_build_steps(kit))
+    assert "bash containers/build.sh sglang-deepep " in commands
+    assert {role.name: (role.a2a_backend, role.image) for role in kit.plan.roles.values()} == {
+        "prefill": ("uccl-ep", "sglang-efa"),
+        "decode": ("uccl-ep", "sglang-efa"),
+    }
 
 
 def _staged_source(kit) -> Path:

@@ -66,6 +66,9 @@ def test_readme_table_states_every_bound(path):
     assert bound in meaning, f"README row for {path} should say {bound!r}: {rows[path]}"
 
 
+REQUIRED_SIBLINGS = {"capacity.purchase.": ("capacity.purchase.offering_id", "cb-0123456789abcdef0")}
+
+
 def _outside(info) -> float | int:
     """A value just outside the field's range: the upper bound if there is one, else below the lower."""
     import annotated_types
@@ -87,8 +90,10 @@ def test_range_error_names_the_range(raw_with, path):
     whole range and use it as the fix (issue 13: "mem_fraction_static = 1.5: use a value in (0.3, 0.96)")."""
     info = BOUNDED[path]
     value = _outside(info)
+    # A bounded field inside an opt-in section needs that section's required siblings, or the missing one is reported first.
+    siblings = [item for prefix, pair in REQUIRED_SIBLINGS.items() if path.startswith(prefix) for item in pair]
     with pytest.raises(ProfileError) as caught:
-        profile_files.parse(raw_with(path, value), source="t.yaml")
+        profile_files.parse(raw_with(path, value, *siblings), source="t.yaml")
     bound = profile_files.bound_text(info)
     assert str(caught.value).startswith(f"t.yaml: {path} = {value!r}: must be {bound}")
     assert f"Fix: use a value {bound}" in str(caught.value)

@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
 
 from pdkit import plan, profile_files
-from pdkit.errors import ProfileError
+from pdkit.errors import KitError, ProfileError
 
 CASES = [
     # (id, changes, field named, words the problem or fix must contain)
@@ -23,7 +25,7 @@ CASES = [
             "roles.prefill.nodes_per_replica",
             3,
             "roles.prefill.parallelism",
-            {"tp": 24, "moe_a2a_backend": "deepep", "deepep_mode": "normal"},
+            {"tp": 24, "moe_a2a_backend": "uccl-ep", "deepep_mode": "normal"},
         ),
         "roles.prefill.parallelism.tp",
         "does not divide the model's 256 experts",
@@ -46,8 +48,8 @@ CASES = [
     (
         "weights-overflow-gpu",
         ("capacity.instance_type", "p5.48xlarge"),
-        "roles.decode.mem_fraction_static",
-        "weights need ~76.5 GB per GPU",
+        "roles.prefill.mem_fraction_static",
+        "weights need ~60.9 GB per GPU",
     ),
     ("missing-field", ("capacity.reservation_id", None), "capacity.reservation_id", "required field is missing"),
     ("wrong-type", ("capacity.instance_count", "four"), "capacity.instance_count", "expected a whole number"),
@@ -59,6 +61,13 @@ CASES = [
         "more pipeline stages than nodes",
     ),
     ("attn-dp-not-divisor", ("roles.decode.parallelism.attn_dp", 6), "roles.decode.parallelism.attn_dp", "does not divide tp (16)"),
+    (
+        # Each divides tp 8 but their product 16 does not: attention TP would be 0, which the memory model divides by.
+        "attn-cp-times-dp-over-tp",
+        ("roles.prefill.parallelism.attn_dp", 2),
+        "roles.prefill.parallelism.attn_dp",
+        "attn_cp x attn_dp = 16 does not divide tp (8)",
+    ),
     (
         "cp-on-decode",
         ("roles.decode.parallelism.attn_dp", 1, "roles.decode.parallelism.attn_cp", 2),
@@ -121,8 +130,11 @@ def test_invalid_profile_is_refused_with_field_value_and_fix(raw_with, changes, 
     assert "\n" not in message
 
 
-def test_at_least_ten_distinct_guards():
-    assert len({c[2] + c[3] for c in CASES}) >= 10
+def test_the_cases_reach_at_least_ten_distinct_guards(raw_with):
+    """Counted from what the plan raises, not from this table: ten cases naming one field would pass a table count."""
+    fired = {(e.field, e.problem) for e in (_error(raw_with(*c[1])) for c in CASES)}
+    assert len({field for field, _ in fired}) >= 10
+    assert len(fired) == len(CASES), "two cases hit the same guard with the same problem"
 
 
 def test_default_profiles_are_valid():
@@ -267,7 +279,11 @@ FILE_CASES = [
         ),
         "roles.decode.parallelism.tp = 16: tp x pp = 16 x 1 = 16, but one replica has 1000000000 node(s)",
     ),
-    ("range-mem-fraction", DEFAULT_TEXT.replace("mem_fraction_static: 0.85", "mem_fraction_static: 1.5"), "must be in (0.3, 0.96)"),
+    (
+        "range-mem-fraction",
+        DEFAULT_TEXT.replace("max_running_requests: 512", "max_running_requests: 512\n    mem_fraction_static: 1.5"),
+        "must be in (0.3, 0.96)",
+    ),
     ("range-warning-minutes", DEFAULT_TEXT + "observability: {block_end_warning_minutes: 30}\n", "use a value >= 45"),
     ("section-is-a-string", DEFAULT_TEXT.replace("serving:\n  kv_transfer: mooncake", "serving: mooncake"), "serving = 'mooncake'"),
     ("unquoted-kubernetes-version", DEFAULT_TEXT.replace('"1.36"', "1.36"), "cluster.kubernetes_version = 1.36"),
@@ -319,8 +335,25 @@ def test_broken_file_gets_one_line_fast(tmp_path, capsys, make, words):
     assert peak < 64 << 20
 
 
+def _load_and_build(path: Path) -> None:
+    loaded, where = profile_files.load(str(path))
+    plan.build(loaded, profile_path=where)
+
+
 def test_at_least_25_kinds_of_broken_file():
-    assert len({c[0] for c in FILE_CASES}) >= 25
+    """Counted from the distinct messages profile_files produces, not from the case names of this table."""
+    messages = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, make, _ in FILE_CASES:
+            path = Path(tmp) / f"{name}.yaml"
+            if callable(make):
+                path = make(path)
+            else:
+                path.write_bytes(make if isinstance(make, bytes) else make.encode())
+            with pytest.raises(KitError) as info:
+                _load_and_build(path)
+            messages.add(str(info.value).removeprefix(str(path)))
+    assert len(messages) >= 25
 
 
 def test_cdk_app_refuses_a_duplicate_key_in_one_line(tmp_path):

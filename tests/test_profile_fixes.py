@@ -40,7 +40,14 @@ CASES = [
     ("ep-not-tp-with-deepep", ("roles.decode.parallelism.ep", 8), "roles.decode.parallelism.ep"),
     (
         "ep-not-divisor-without-deepep",
-        ("roles.decode.parallelism.moe_a2a_backend", "none", "roles.decode.parallelism.ep", 6),
+        (
+            "roles.decode.parallelism.moe_a2a_backend",
+            "none",
+            "roles.decode.parallelism.deepep_mode",
+            None,
+            "roles.decode.parallelism.ep",
+            6,
+        ),
         "roles.decode.parallelism.ep",
     ),
     (

@@ -69,6 +69,8 @@ REGISTRY_ACTIONS: dict[tuple[str, str], frozenset[str]] = {
 # boto3 (service, method) -> IAM action.
 BOTO3_ACTIONS: dict[tuple[str, str], str] = {
     ("ec2", "describe_capacity_reservations"): "ec2:DescribeCapacityReservations",
+    ("ec2", "describe_capacity_block_offerings"): "ec2:DescribeCapacityBlockOfferings",
+    ("ec2", "purchase_capacity_block"): "ec2:PurchaseCapacityBlock",
     ("eks", "describe_nodegroup"): "eks:DescribeNodegroup",
     ("eks", "update_nodegroup_config"): "eks:UpdateNodegroupConfig",
     ("sns", "publish"): "sns:Publish",

@@ -58,9 +58,34 @@ def test_seed_prefill_is_cp8_within_a_node_and_pp2_across(seed):
 def test_seed_decode_is_dp16_attention_with_ep16(seed):
     argv = launch_argv(seed, "decode")
     assert contains(argv, "--disaggregation-mode", "decode")
-    assert contains(argv, "--tp-size", "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency")
+    assert contains(argv, "--tp-size", "16", "--attn-dp-size", "16")
+    assert contains(argv, "--moe-a2a-backend", "deepep", "--deepep-mode", "low_latency")
     assert "--pp-size" not in argv
     assert "--enable-prefill-cp" not in argv
+
+
+def test_seed_decode_is_data_parallel_end_to_end(seed):
+    """Issue 14 item 2: with attention DP = TP, SGLang 0.5.23 still runs the dense MLP layers TP across the
+    group (moe_dense_tp_size resolves to None) and shards the LM head with a per-step logits all-to-all
+    (overrides.py `_tp_lm_head_all_to_all_default` turns it on for pure-DP decode without
+    --enable-dp-lm-head) unless both are asked for; AWS's DP-attention decode passed
+    `--enable-dp-lm-head --moe-dense-tp-size 1` (awslabs/awsome-distributed-ai dsr1-deepep-efa recipe/serve-pd.sh)."""
+    r = seed.decode
+    assert (r.attn_dp, r.attn_tp) == (16, 1)
+    assert (r.moe_dense_tp_size, r.enable_dp_lm_head) == (1, True)
+    argv = launch_argv(seed, "decode")
+    assert flag(argv, "--moe-dense-tp-size") == "1"
+    assert argv.count("--enable-dp-lm-head") == 1
+
+
+def test_attention_tp_keeps_dense_layers_and_lm_head_tp(seed):
+    """Prefill's CP8 attention is not data-parallel: the DP-only flags stay off (SGLang asserts
+    --enable-dp-lm-head needs attention DP, overrides.py `_dp_lm_head_validation`)."""
+    r = seed.prefill
+    assert (r.moe_dense_tp_size, r.enable_dp_lm_head) == (None, False)
+    argv = launch_argv(seed, "prefill")
+    assert "--moe-dense-tp-size" not in argv
+    assert "--enable-dp-lm-head" not in argv
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
@@ -82,9 +107,17 @@ def test_memory_and_batch_limits_are_explicit_and_from_the_plan(seed, role):
     assert int(flag(argv, "--max-running-requests")) == r.max_running_requests
 
 
-def test_decode_cuda_graph_cap_uses_the_unambiguous_flag(seed):
+def test_decode_cuda_graph_batch_sizes_are_the_plans_list(seed):
+    """AWS (RESULTS-2p2d.md): without a pinned list "each of the 16 DP ranks captures the full batch-size list
+    [1..512] and OOMs during graph capture". The plan's list stops at what one DP rank can run
+    (max_running_requests / attn_dp, capped by cuda_graph_max_bs) and follows SGLang's own spacing
+    (cuda_graph_hook.py generate_decode_cuda_graph_batch_sizes); 0.5.23 spells the flag per phase."""
     argv = launch_argv(seed, "decode")
-    assert int(flag(argv, "--cuda-graph-max-bs-decode")) == seed.decode.settings.cuda_graph_max_bs
+    i = argv.index("--cuda-graph-bs-decode")
+    rendered = [int(a) for a in argv[i + 1 : i + 1 + len(seed.decode.decode_graph_bs)]]
+    assert tuple(rendered) == seed.decode.decode_graph_bs == (1, 2, 4, 8, 12, 16, 24, 32)
+    assert "--cuda-graph-max-bs-decode" not in argv
+    assert "--cuda-graph-bs-decode" not in launch_argv(seed, "prefill")
 
 
 def test_chunked_prefill_size_from_the_profile(seed):
@@ -111,20 +144,24 @@ def test_kv_transfer_is_mooncake_by_default_and_nixl_by_switch(seed, raw_with):
 
 def test_fallback_prefill_layout_renders_dp_attention_across_both_nodes(raw_with):
     """The validated fallback if CP x PP misbehaves: TP16 with attention DP16, EP16 across the nodes."""
-    fallback = {"tp": 16, "pp": 1, "attn_cp": 1, "attn_dp": 16, "moe_a2a_backend": "deepep", "deepep_mode": "normal"}
+    fallback = {"tp": 16, "pp": 1, "attn_cp": 1, "attn_dp": 16, "moe_a2a_backend": "uccl-ep", "deepep_mode": "normal"}
     argv = launch_argv(build(raw_with("roles.prefill.parallelism", fallback)), "prefill")
-    assert contains(argv, "--tp-size", "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", "--deepep-mode", "normal")
+    assert contains(argv, "--tp-size", "16", "--attn-dp-size", "16", "--moe-dense-tp-size", "1", "--enable-dp-lm-head")
+    assert contains(argv, "--moe-a2a-backend", "deepep", "--deepep-mode", "normal")
     assert "--enable-prefill-cp" not in argv
     assert "--pp-size" not in argv
 
 
-def test_tuned_profile_turns_on_two_batch_overlap_and_eagle_mtp_on_decode():
+def test_tuned_profile_runs_eagle_mtp_and_keeps_two_batch_overlap_off():
+    """Two-batch overlap waits for GLM-5.1's published config: SGLang 0.5.23 refuses it for DSA models that
+    share indexer top-k across layers (model_hook.py `_validate_dsa_tbo_index_sharing`), and the synthesized
+    config cannot say whether GLM-5.1 does (conformance/models/zai-org--GLM-5.1-FP8/SOURCES.md)."""
     tuned = load("glm51-fp8-2p2d-tuned")
     decode = launch_argv(tuned, "decode")
-    assert "--enable-two-batch-overlap" in decode
+    assert "--enable-two-batch-overlap" not in decode
     assert contains(decode, "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3")
     assert contains(decode, "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
-    assert role_env(tuned, "decode") == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    assert role_env(tuned, "decode")["SGLANG_ENABLE_SPEC_V2"] == "1"
     # Prefill computes the draft KV that decode's EAGLE starts from.
     assert flag(launch_argv(tuned, "prefill"), "--speculative-algorithm") == "EAGLE"
 
@@ -134,7 +171,7 @@ def test_levers_are_off_in_the_seed_profile(seed):
         argv = launch_argv(seed, role)
         assert "--enable-two-batch-overlap" not in argv
         assert "--speculative-algorithm" not in argv
-        assert role_env(seed, role) == {}
+        assert "SGLANG_ENABLE_SPEC_V2" not in role_env(seed, role)
 
 
 def test_mtp_on_decode_only_is_refused_with_the_fix(raw_with):

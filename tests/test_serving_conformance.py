@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,74 @@ def test_make_fragment_adds_conformance_to_make_test():
     assert re.search(r"^TEST_TARGETS \+= conformance$", fragment, flags=re.MULTILINE)
     assert re.search(r"^\$\(SGLANG_VENV\)/\.installed: \$\(SGLANG_LOCK\)", fragment, flags=re.MULTILINE)
     assert "--require-hashes" in fragment
+
+
+def test_cases_assert_the_decode_layout_the_plan_intends(cases):
+    """Issue 14 items 1-2: conformance missed the decode layout because the plan never stated it. Every DP-attention
+    case now asks SGLang for dense layers and LM head data-parallel and for the plan's graph batch sizes."""
+    by_id = {c["id"]: c for c in cases}
+    decode = by_id["glm51-fp8-2p2d/decode"]["expect"]
+    assert (decode["moe_dense_tp_size"], decode["enable_dp_lm_head"], decode["enable_tp_lm_head_all_to_all"]) == (1, True, False)
+    assert decode["cuda_graph_config.decode.bs"] == [1, 2, 4, 8, 12, 16, 24, 32]
+    assert decode["cuda_graph_config.decode.max_bs"] == 32
+    prefill = by_id["glm51-fp8-2p2d/prefill"]["expect"]
+    assert (prefill["moe_dense_tp_size"], prefill["enable_dp_lm_head"]) == (None, False)
+    assert "cuda_graph_config.decode.bs" not in prefill
+    tuned = by_id["glm51-fp8-2p2d-tuned/decode"]["expect"]
+    assert {k: tuned[k] for k in tuned if k.startswith("speculative_")} == {
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    }
+    assert "reject/cuda-graph-bs" in by_id, "AWS's 0.5.13 spelling --cuda-graph-bs is ambiguous in 0.5.23"
+
+
+def test_checker_names_the_field_sglang_resolves_differently(cases, monkeypatch):
+    """What SGLang 0.5.23 resolves for today's decode command line (issue 14: moe_dense_tp_size=None,
+    enable_dp_lm_head=False) must fail the case, naming each field."""
+    case = next(c for c in cases if c["id"] == "glm51-fp8-2p2d/decode")
+    view = types.SimpleNamespace(**{k: v for k, v in case["expect"].items() if "." not in k})
+    view.moe_dense_tp_size, view.enable_dp_lm_head = None, False
+    view.cuda_graph_config = types.SimpleNamespace(decode=types.SimpleNamespace(bs=list(range(1, 33)), max_bs=32))
+    monkeypatch.setattr(check_sglang, "stub_gpu", lambda device: None)
+    monkeypatch.setattr(check_sglang, "resolve", lambda args, env: ("ok", view, ""))
+    with pytest.raises(check_sglang.Failed) as failed:
+        check_sglang.check_sglang(case)
+    message = str(failed.value)
+    assert "moe_dense_tp_size=None (plan: 1)" in message
+    assert "enable_dp_lm_head=False (plan: True)" in message
+    assert "cuda_graph_config.decode.bs=" in message
+
+
+def test_every_field_of_the_synthesized_model_config_cites_a_source():
+    """Item 7: the published config.json is not reachable from here; until it ships, each field says where it comes from."""
+    model_dir = export_cases.model_config_dir("zai-org/GLM-5.1-FP8")
+    config = json.loads((model_dir / "config.json").read_text())
+    sources = (model_dir / "SOURCES.md").read_text()
+    cited = {name.strip() for row in re.findall(r"^\| ([a-z_, ]+) \|", sources, flags=re.MULTILINE) for name in row.split(",")}
+    assert set(config) <= cited, f"no source for {sorted(set(config) - cited)}"
+
+
+def test_two_batch_overlap_stays_off_while_the_model_config_is_synthesized():
+    """SGLang 0.5.23 refuses two-batch overlap for DSA models sharing indexer top-k across layers
+    (srt/arg_groups/model_hook.py `_validate_dsa_tbo_index_sharing`); only the published config can say."""
+    config = json.loads((export_cases.model_config_dir("zai-org/GLM-5.1-FP8") / "config.json").read_text())
+    assert not {"indexer_types", "index_topk_freq", "index_topk_pattern"} & set(config)
+    for name in profile_files.available_profiles():
+        prof, _ = profile_files.load(name)
+        assert not any(getattr(prof.roles, role).two_batch_overlap for role in ("prefill", "decode")), name
+
+
+def test_model_config_override_replaces_the_synthesized_one(tmp_path, monkeypatch):
+    """`make conformance MODEL_CONFIG=path` resolves every case against that file."""
+    real = tmp_path / "downloaded.json"
+    real.write_text('{"architectures": ["GlmMoeDsaForCausalLM"]}')
+    monkeypatch.setattr(export_cases, "_model_config_override", None)
+    export_cases.use_model_config(real, tmp_path / "out")
+    assert (export_cases.model_config_dir("zai-org/GLM-5.1-FP8") / "config.json").read_text() == real.read_text()
+    with pytest.raises(SystemExit, match="not a file"):
+        export_cases.use_model_config(tmp_path / "missing.json", tmp_path / "out")
+    fragment = (ROOT / "mk" / "conformance.mk").read_text()
+    assert "--model-config" in fragment
+    assert "MODEL_CONFIG" in fragment

@@ -16,7 +16,7 @@ from pdkit import plan as plan_mod
 from pdkit import profile_files
 from pdkit.commands import render as render_cmd
 from pdkit.serving import drain, inputs, manifests, names
-from pdkit.serving.sglang_args import SGLANG_PORT
+from pdkit.serving.sglang_args import SGLANG_PORT, launch_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 LWS_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "lws-v1.json").read_text())
@@ -183,7 +183,7 @@ def test_the_sglang_container_runs_the_rendered_command_line(objs, seed):
     from pdkit.serving.sglang_args import launch_argv
 
     c = sglang_container(objs, "prefill", seed)
-    assert c["args"] == launch_argv(seed, "prefill")
+    assert c["args"] == [*launch_argv(seed, "prefill"), manifests.ADMIN_KEY_FLAG, f"$({manifests.ADMIN_KEY_ENV})"]
     assert c["command"][:2] == ["/bin/sh", "-c"]
     assert c["command"][2] == manifests.MEMLOCK_CHECK
     assert 'exec "$@"' in manifests.MEMLOCK_CHECK
@@ -254,7 +254,7 @@ def test_dev_shm_is_an_in_memory_empty_dir(objs, seed):
 
 def test_sglang_runs_as_non_root_and_only_staging_writes_the_weights(objs, seed):
     spec = lws(objs, "decode", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    (stage,) = spec["initContainers"]
+    stage, _warm = spec["initContainers"]
     (sglang,) = spec["containers"]
     assert sglang["securityContext"]["runAsNonRoot"] is True
     assert next(m for m in sglang["volumeMounts"] if m["name"] == "weights")["readOnly"] is True
@@ -318,7 +318,7 @@ def test_startup_probe_covers_the_plans_start_up_budget(objs, seed):
 
 
 def test_startup_probe_grows_with_the_model_load(seed):
-    bigger = plan_mod.Estimates(**{**seed.estimates.__dict__, "startup_budget_minutes": 95})
+    bigger = plan_mod.Estimates(**{**seed.estimates.__dict__, "first_boot_budget_minutes": 95})
     slow = plan_mod.Plan(**{**{f: getattr(seed, f) for f in seed.__dataclass_fields__}, "estimates": bigger})
     assert manifests.startup_failure_threshold(slow) == math.ceil(95 * 60 / manifests.STARTUP_PERIOD_SECONDS)
 
@@ -358,13 +358,18 @@ def test_router_is_reachable_only_through_an_internal_nlb(objs, seed):
 
 
 def test_budgets_protect_the_last_group_of_each_role(objs, seed):
+    """Never two groups down at once: with restartPolicy RecreateGroupOnPodRestart, LWS recreates the
+    whole group when any of its pods goes (https://lws.sigs.k8s.io/docs/reference/leaderworkerset.v1/#leaderworkerset-x-k8s-io-v1-RestartPolicyType),
+    so evicting one pod each from two groups of two nodes takes both down: the budget counts pods, at most one."""
     for role in seed.roles.values():
         pdb = one(objs, "PodDisruptionBudget", names.lws_name(seed, role.name))
-        assert pdb["spec"]["maxUnavailable"] == (role.replicas - 1) * role.nodes_per_replica == 0
+        assert pdb["spec"]["maxUnavailable"] == 0, "a single group: no voluntary eviction"
         assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     four = load("glm51-fp8-4p4d")
     pdb = one(rendered(four), "PodDisruptionBudget", names.lws_name(four, "decode"))
-    assert pdb["spec"]["maxUnavailable"] == 2, "one group of two nodes may go, the other stays"
+    assert four.decode.nodes_per_replica == 2
+    assert four.decode.replicas == 2
+    assert pdb["spec"]["maxUnavailable"] == 1, "one pod, so one group of two nodes may go, the other stays"
 
 
 @pytest.mark.parametrize("name", PROFILES)
@@ -402,8 +407,8 @@ def test_router_budget_never_blocks_a_system_node_drain(objs, seed):
 
 
 def test_weights_volume_is_the_nodes_nvme_bound_to_the_kits_claim_only(objs, seed):
-    (pv,) = of_kind(objs, "PersistentVolume")
-    (pvc,) = of_kind(objs, "PersistentVolumeClaim")
+    pvc = one(objs, "PersistentVolumeClaim", names.weights_claim(seed))
+    pv = one(objs, "PersistentVolume", pvc["spec"]["volumeName"])
     assert pv["spec"]["hostPath"]["path"].startswith("/mnt/k8s-disks/0/")
     assert pv["spec"]["claimRef"] == {"namespace": names.namespace(seed), "name": pvc["metadata"]["name"]}
     assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
@@ -412,7 +417,7 @@ def test_weights_volume_is_the_nodes_nvme_bound_to_the_kits_claim_only(objs, see
 
 def test_staging_reads_the_bucket_the_plan_names(objs, seed):
     serving = inputs.from_plan(seed)
-    (stage,) = lws(objs, "prefill", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["initContainers"]
+    stage = lws(objs, "prefill", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["initContainers"][0]
     cmd = stage["command"]
     assert cmd[cmd.index("--bucket") + 1] == serving.weights_bucket
     assert cmd[cmd.index("--prefix") + 1] == serving.weights_prefix == f"models/{seed.model.id}/main/"
@@ -433,12 +438,122 @@ def test_render_command_writes_one_file_per_object_in_apply_order(tmp_path, seed
     common.add_argument("--profile")
     render_cmd.register(parser.add_subparsers(), common)
     args = parser.parse_args(
-        ["render", "--out", str(tmp_path), "--image", "registry.example/sglang:1", "--weights-bucket", "weights-bucket"]
+        [
+            "render",
+            "--out",
+            str(tmp_path),
+            "--image",
+            "registry.example/sglang:1",
+            "--router-image",  # its own slim image now (containers/router), also named by the account
+            "registry.example/router:1",
+            "--weights-bucket",
+            "weights-bucket",
+        ]
     )
     assert args.handler(args) == 0
     files = sorted(tmp_path.glob("*.yaml"))
     assert files[0].name == "00-namespace-pd-serving.yaml"
     loaded = [yaml.safe_load(f.read_text()) for f in files]
     assert [o["kind"] for o in loaded] == [o["kind"] for o in rendered(seed)]
-    assert "registry.example/sglang:1" in (tmp_path / "07-leaderworkerset-glm51-2p2d-prefill.yaml").read_text()
+    (prefill,) = tmp_path.glob("*-leaderworkerset-glm51-2p2d-prefill.yaml")
+    assert "registry.example/sglang:1" in prefill.read_text()
     assert "kubectl apply --server-side" in capsys.readouterr().out
+
+
+# --- compile cache and first boot (issue 14, item 4) ----------------------------------------------
+
+
+def _pod_spec(objs, role, seed):
+    return lws(objs, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+
+
+def _env(container):
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_sglang_cache_dir_is_on_the_nodes_nvme_through_a_persistent_volume(objs, seed, role):
+    """SGLang 0.5.23 keeps DeepGEMM, Triton, inductor and FlashInfer JIT output under SGLANG_CACHE_DIR
+    (sglang/srt/environ.py: SGLANG_DG_CACHE_DIR and third_party_cache_defaults() derive from it; default
+    ~/.cache/sglang, the container's writable layer, lost with every restart). nodeadm's RAID0 mounts the
+    instance NVMe at /mnt/k8s-disks/0, where the volume lives; the pod mounts a claim, not a hostPath."""
+    spec = _pod_spec(objs, role, seed)
+    serving = spec["containers"][0]
+    cache_dir = _env(serving)["SGLANG_CACHE_DIR"]
+    (mount,) = [m for m in serving["volumeMounts"] if cache_dir.startswith(m["mountPath"] + "/")]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    pvc = one(objs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    pv = one(objs, "PersistentVolume", pvc["spec"]["volumeName"])
+    assert pv["spec"]["hostPath"]["path"].startswith("/mnt/k8s-disks/0/")
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert not any("hostPath" in v for v in spec["volumes"])
+
+
+def test_the_stager_opens_the_cache_directory_to_the_serving_user(objs, seed):
+    """kubelet creates a hostPath directory as root 0755; the serving container runs as the image's user and
+    has no capability, so the root stager (which owns the directory, no CAP_CHOWN needed for chmod) opens it."""
+    spec = _pod_spec(objs, "decode", seed)
+    stager = spec["initContainers"][0]
+    cache_mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "compile-cache")
+    assert stager["command"][stager["command"].index("--shared-dir") + 1] == cache_mount["mountPath"]
+    assert {"name": "compile-cache", "mountPath": cache_mount["mountPath"]} in stager["volumeMounts"]
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_precompile_runs_the_roles_own_command_line_on_every_node_before_serving(objs, seed, role):
+    """`python -m sglang.compile_deep_gemm` takes the server's arguments (sglang/compile_deep_gemm.py:
+    ServerArgs.add_cli_args + --timeout) and must run at the full EP size on all nodes (AWS serve-pd.sh:
+    "a single-node run never compiles the num_groups=16 grouped-GEMM kernels that DP+EP uses"). As an init
+    container of every pod in the group it gets the same ranks, devices, image and security as serving."""
+    spec = _pod_spec(objs, role, seed)
+    names_in_order = [c["name"] for c in spec["initContainers"]]
+    assert names_in_order == ["stage-weights", "warm-compile-cache"]
+    warm, serving = spec["initContainers"][1], spec["containers"][0]
+    for field in ("image", "command", "resources", "securityContext", "envFrom", "volumeMounts"):
+        assert warm[field] == serving[field], field
+    compile_argv = warm["args"][warm["args"].index("--") + 1 :]
+    served = launch_argv(seed, role)
+    assert serving["args"][: len(served)] == served
+    assert compile_argv[:3] == ["python3", "-m", "sglang.compile_deep_gemm"]
+    assert compile_argv[3 : len(served)] == served[3:]
+    assert compile_argv[len(served) :][0] == "--timeout"
+    # --node-rank $(LWS_WORKER_INDEX) must expand in the init container too.
+    (index,) = [e for e in warm["env"] if e["name"] == "LWS_WORKER_INDEX"]
+    assert index["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.labels['{names.LWS_WORKER_INDEX_LABEL}']"
+    assert _env(warm)["SGLANG_CACHE_DIR"] == _env(serving)["SGLANG_CACHE_DIR"]
+
+
+def test_the_cache_key_changes_with_anything_that_changes_the_kernels(seed):
+    """A restored cache is only trusted by the server that built it: SGLang version, image, command line."""
+    from pdkit.serving import compile_cache_objects as cc
+
+    base = cc.key(seed, seed.decode, "111.dkr.ecr.eu-south-2.amazonaws.com/x/sglang-efa:a")
+    assert cc.key(seed, seed.decode, "111.dkr.ecr.eu-south-2.amazonaws.com/x/sglang-efa:b") != base
+    assert cc.key(seed, seed.prefill, "111.dkr.ecr.eu-south-2.amazonaws.com/x/sglang-efa:a") != base
+    # Not the registry: in the serving stack it is a CloudFormation token, different on every synth.
+    assert cc.key(seed, seed.decode, "${Token[AWS.AccountId.8]}.dkr.ecr.eu-south-2.amazonaws.com/x/sglang-efa:a") == base
+    assert cc.object_key(seed, seed.decode, "r/x/sglang-efa:a").startswith(f"{seed.weights.compile_cache_prefix}{seed.name}/decode/")
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_the_leader_saves_the_warm_cache_when_the_drain_deletes_the_pods(objs, seed, role):
+    """The drain scales the LeaderWorkerSets to zero, which deletes the pods (pdkit/serving/drain.py); kubelet
+    runs a container's preStop hook before stopping it on deletion, within terminationGracePeriodSeconds
+    (kubernetes.io Pod Lifecycle, "Termination of Pods"). The drain waits longer than the grace period."""
+    spec = _pod_spec(objs, role, seed)
+    hook = spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook[:4] == ["python3", "-m", "pdkit.serving.compile_cache", "save"]
+    warm = spec["initContainers"][1]["args"]
+    for flag in ("--bucket", "--key", "--object-key", "--dir"):
+        assert hook[hook.index(flag) + 1] == warm[warm.index(flag) + 1], flag
+    assert spec["terminationGracePeriodSeconds"] >= 120
+    assert spec["terminationGracePeriodSeconds"] < drain.POD_WAIT_MINUTES * 60
+
+
+def test_startup_probe_covers_the_first_boot_budget(objs, seed):
+    """A first boot whose precompile timed out compiles inside the server before /health answers; a probe
+    sized for a warm boot would kill the group mid-compile (RecreateGroupOnPodRestart) and loop."""
+    probe = sglang_container(objs, "decode", seed)["startupProbe"]
+    assert seed.estimates.first_boot_budget_minutes > seed.estimates.startup_budget_minutes
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= seed.estimates.first_boot_budget_minutes * 60

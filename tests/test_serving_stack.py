@@ -66,10 +66,29 @@ def _pod_identity_role(t, service_account):
     return logical
 
 
-def test_serving_pods_get_read_only_access_through_pod_identity(kit):
+def test_serving_pods_read_the_weights_and_write_only_their_compile_cache(kit):
+    """The pods read the checkpoint; the one thing they write is the warm compile-cache archive at drain
+    (pdkit/serving/compile_cache.py), under this deployment's compile-cache prefix. S3 PutObject into an
+    SSE-KMS bucket needs kms:GenerateDataKey (S3 user guide, "Using SSE-KMS", required permissions)."""
     t = kit.template("serving")
     role = _pod_identity_role(t, "glm51-2p2d-weights-reader")
-    assert _role_actions(t, role) == {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
+    assert _role_actions(t, role) == {
+        "s3:ListBucket",
+        "s3:GetObject",
+        "kms:Decrypt",
+        "s3:PutObject",
+        "s3:AbortMultipartUpload",
+        "s3:ListMultipartUploadParts",
+        "kms:GenerateDataKey",
+    }
+    resources = t.to_json()["Resources"]
+    attached = {a["Ref"] for a in resources[role]["Properties"]["ManagedPolicyArns"]}
+    for name in attached:
+        for statement in resources[name]["Properties"]["PolicyDocument"]["Statement"]:
+            actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+            if "s3:PutObject" in actions:
+                assert "compile-cache/glm51-2p2d/*" in json.dumps(statement["Resource"])
+                assert "models/" not in json.dumps(statement["Resource"])
 
 
 def test_import_job_writes_only_what_an_import_needs(kit):

@@ -85,11 +85,18 @@ def test_manifest_lists_every_model_file_with_size_and_sha256(snapshot_dir):
     assert manifest.total_bytes == sum(len(d) for d in FILES.values())
 
 
-def test_manifest_round_trips_and_its_digest_is_stable(snapshot_dir):
-    manifest = weights_manifest.scan_snapshot(snapshot_dir, model="m", revision="r")
-    again = Manifest.from_json(manifest.to_json())
-    assert again == Manifest(model="m", revision="r", files=tuple(sorted(manifest.files, key=lambda f: f.path)))
-    assert again.digest() == manifest.digest()
+def test_manifest_round_trips_and_its_digest_is_stable(s3, imported):
+    """The digest staging records is the sha256 of the manifest object as stored (what `sha256sum` of
+    `aws s3 cp s3://.../manifest.json -` prints), whatever the order of the files; any file's hash changes it."""
+    stored = s3.get_object(Bucket=BUCKET, Key=PREFIX + weights_manifest.MANIFEST_NAME)["Body"].read()
+    assert imported.digest() == hashlib.sha256(stored).hexdigest()
+    again = Manifest.from_json(stored)
+    assert again == Manifest(model=imported.model, revision=imported.revision, files=tuple(sorted(imported.files, key=lambda f: f.path)))
+    reordered = Manifest(model=imported.model, revision=imported.revision, files=tuple(reversed(imported.files)))
+    assert reordered.digest() == imported.digest()
+    first, *rest = again.files
+    changed = Manifest(model=again.model, revision=again.revision, files=(FileEntry(first.path, first.size, "f" * 64), *rest))
+    assert changed.digest() != imported.digest()
 
 
 @pytest.mark.parametrize(
@@ -273,3 +280,24 @@ def test_staging_module_needs_nothing_from_pdkit_but_the_manifest():
 def test_file_entry_paths_stay_inside_the_staging_directory():
     with pytest.raises(ManifestError):
         Manifest.from_json(Manifest(model="m", revision="r", files=(FileEntry("a/../../b", 1, "0" * 64),)).to_json())
+
+
+def test_shared_dir_is_opened_to_the_serving_user_like_tmp(tmp_path):
+    """kubelet creates a hostPath PersistentVolume's directory as root 0755 (DirectoryOrCreate); the serving
+    user must write its compile cache there. chmod needs ownership, not CAP_CHOWN or CAP_FOWNER (chmod(2))."""
+    shared = tmp_path / "cache"
+    shared.mkdir(mode=0o755)
+    staging.open_to_all(shared)
+    assert shared.stat().st_mode & 0o7777 == 0o1777
+
+
+def test_staging_cli_opens_shared_dirs_before_it_stages(tmp_path, monkeypatch):
+    shared = tmp_path / "cache"
+    calls = []
+    monkeypatch.setattr(staging, "stage", lambda **kw: calls.append(kw))
+    code = staging.main(
+        ["--bucket", BUCKET, "--prefix", PREFIX, "--dest", str(tmp_path / "m"), "--shared-dir", str(shared)], s3_factory=lambda r, c: None
+    )
+    assert code == 0
+    assert calls
+    assert shared.stat().st_mode & 0o7777 == 0o1777

@@ -50,19 +50,30 @@ DEEP_EP = Probe(
     "from deep_ep import Buffer, Config; import deep_ep, pathlib; "
     "assert 'uccl' in pathlib.Path(deep_ep.__file__).read_text(), deep_ep.__file__ + ' is not UCCL-EP deep_ep_wrapper'",
 )
+# The sglang-deepep image: deep_ep must be the module the sgl-deep-ep distribution installed (its RECORD
+# lists the very file Python imported), and UCCL must be absent, so a UCCL wrapper cannot pass for it.
+DEEP_EP_UPSTREAM = Probe(
+    "deep_ep is upstream DeepEP (sgl-deep-ep)",
+    "from deep_ep import Buffer, Config; import deep_ep, importlib.metadata as md, pathlib; "
+    "init = pathlib.Path(deep_ep.__file__).resolve(); dist = md.distribution('sgl-deep-ep'); "
+    "owned = {pathlib.Path(dist.locate_file(f)).resolve() for f in dist.files or []}; "
+    "assert init in owned, f'{init} is not a file of sgl-deep-ep'; "
+    "assert 'uccl' not in init.read_text(), f'{init} is UCCL-EP deep_ep_wrapper'; print('sgl-deep-ep', dist.version)",
+)
+NO_UCCL = Probe(
+    "UCCL-EP absent",
+    "import importlib.util; assert importlib.util.find_spec('uccl') is None, 'uccl is installed: this is not upstream DeepEP'",
+)
+SGLANG_DISPATCHER = Probe(
+    "SGLang's DeepEP dispatcher sees deep_ep",
+    "import sglang.srt.layers.moe.token_dispatcher.deepep as dispatcher; "
+    "assert dispatcher.use_deepep is True, 'use_deepep is False: SGLang could not import deep_ep (see the deep_ep row)'",
+)
+NIXL = Probe("NIXL", "from nixl._api import nixl_agent, nixl_agent_config")
+MOONCAKE = Probe("Mooncake transfer engine", "from mooncake.engine import TransferEngine")
 PROBES: dict[str, tuple[Probe, ...]] = {
-    "serving": (
-        TORCH,
-        UCCL_EP,
-        DEEP_EP,
-        Probe(
-            "SGLang's DeepEP dispatcher sees deep_ep",
-            "import sglang.srt.layers.moe.token_dispatcher.deepep as dispatcher; "
-            "assert dispatcher.use_deepep is True, 'use_deepep is False: SGLang could not import deep_ep (see the deep_ep row)'",
-        ),
-        Probe("NIXL", "from nixl._api import nixl_agent, nixl_agent_config"),
-        Probe("Mooncake transfer engine", "from mooncake.engine import TransferEngine"),
-    ),
+    "serving": (TORCH, UCCL_EP, DEEP_EP, SGLANG_DISPATCHER, NIXL, MOONCAKE),
+    "serving-deepep": (TORCH, NO_UCCL, DEEP_EP_UPSTREAM, SGLANG_DISPATCHER, NIXL, MOONCAKE),
     "validation": (
         TORCH,
         UCCL_EP,

@@ -43,7 +43,8 @@ NCCL_TESTS_DIR = Path("/opt/nccl-tests/bin")
 FABTESTS_DIR = Path("/opt/fabtests/bin")
 UCCL_EP_BENCH_DIR = Path("/opt/uccl-ep/bench")
 
-PROFILES = ("serving", "validation")
+# serving: the sglang-efa image (UCCL-EP as deep_ep); serving-deepep: the sglang-deepep image (upstream DeepEP).
+PROFILES = ("serving", "serving-deepep", "validation")
 # Build arg (from containers/versions.yaml) -> key of expected.json. `record` writes these at build time.
 EXPECTED_FROM_BUILD_ARGS = {
     "CUDA_VERSION": "cuda_version",
@@ -63,6 +64,7 @@ EXPECTED_FROM_BUILD_ARGS = {
     "ROUTER_VERSION": "router",
     "ROUTER_MODULE": "router_module",
     "BOTO3_VERSION": "boto3",
+    "SGL_DEEP_EP_VERSION": "sgl_deep_ep",
     "NCCL_TESTS_COMMIT": "nccl_tests_commit",
 }
 # Libraries a GPU-less build cannot resolve and a GPU pod gets anyway: the driver's (injected by the
@@ -330,6 +332,28 @@ def check_deep_ep_is_uccl_efa(system: System, expected: Mapping[str, str]) -> Re
     return _result(name, problems, f"uccl {system.dist_version('uccl')} @ {expected['uccl_commit'][:12]}, links libefa, sgl-deep-ep absent")
 
 
+def check_deep_ep_is_upstream(system: System, expected: Mapping[str, str]) -> Result:
+    """`import deep_ep` must give upstream DeepEP from SGLang's sgl-deep-ep wheel at the pinned version, not UCCL's wrapper."""
+    name = "deep_ep is upstream DeepEP (sgl-deep-ep)"
+    problems: list[str] = []
+    version = system.dist_version(SGL_DEEP_EP)
+    if version != expected["sgl_deep_ep"]:
+        problems.append(f"{SGL_DEEP_EP} is {version or 'not installed'}, versions.yaml pins {expected['sgl_deep_ep']}")
+    owners = system.module_owners("deep_ep")
+    if owners != [SGL_DEEP_EP]:
+        problems.append(f"module deep_ep comes from {owners or 'nothing'}, expected {SGL_DEEP_EP} alone")
+    for dist in ("uccl", "deep-ep"):
+        if system.dist_version(dist) is not None:
+            problems.append(f"{dist} {system.dist_version(dist)} is installed (UCCL-EP belongs in the sglang-efa image)")
+    init = _find_file(system.dist_files(SGL_DEEP_EP), r"/deep_ep/__init__\.py$")
+    init_text = system.read_text(init[0]) if init else None
+    if not init_text or "uccl" in init_text:
+        problems.append("deep_ep/__init__.py is missing or is UCCL's wrapper")
+    if not _find_file(system.dist_files(SGL_DEEP_EP), r"/deep_ep/_C[^/]*\.so$"):
+        problems.append("deep_ep/_C*.so (DeepEP's kernels) is missing")
+    return _result(name, problems, f"{SGL_DEEP_EP} {version}, uccl absent")
+
+
 def _efa_libfabric(resolved: Mapping[str, str | None], what: str) -> list[str]:
     path = resolved.get("libfabric.so.1")
     if path is None:
@@ -541,6 +565,20 @@ CHECKS: dict[str, list[Check]] = {
         check_router,
         check_weights_staging,
     ],
+    "serving-deepep": [
+        check_efa_installer,
+        check_efa_env,
+        check_ofi_nccl_plugin,
+        check_ofi_nccl_version,
+        check_torch,
+        check_nccl,
+        check_deep_ep_is_upstream,
+        check_mooncake_efa,
+        check_nixl_libfabric,
+        check_sglang,
+        check_router,
+        check_weights_staging,
+    ],
     "validation": [
         check_efa_installer,
         check_efa_env_without_mooncake,
@@ -564,6 +602,25 @@ REQUIRED_KEYS = {
         "nccl_package",
         "nccl",
         "uccl_commit",
+        "mooncake_package",
+        "mooncake",
+        "nixl_package",
+        "nixl",
+        "sglang",
+        "router_package",
+        "router",
+        "router_module",
+        "boto3",
+    },
+    "serving-deepep": {
+        "cuda_version",
+        "efa_installer",
+        "libfabric",
+        "aws_ofi_nccl",
+        "torch",
+        "nccl_package",
+        "nccl",
+        "sgl_deep_ep",
         "mooncake_package",
         "mooncake",
         "nixl_package",

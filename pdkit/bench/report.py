@@ -58,6 +58,21 @@ def _pyplot() -> Any:
     return plt
 
 
+def _x_axis(ax: Any, levels: Sequence[Level]) -> list[float]:
+    """x positions of the levels: their concurrency on a log2 axis when every level has a distinct one,
+    else one slot per level labelled with its (request rate, concurrency), as in a request-rate sweep."""
+    limits = [lv.concurrency for lv in levels]
+    if levels and None not in limits and len(set(limits)) == len(limits):
+        xs = [float(c or 0) for c in limits]
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(c) for c in limits])
+        return xs
+    xs = [float(i) for i in range(len(levels))]
+    if levels:
+        ax.set_xticks(xs, [lv.label for lv in levels], rotation=20)
+    return xs
+
+
 def plot_itl(sweep: Sweep, seed: Seed, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -68,14 +83,13 @@ def plot_itl(sweep: Sweep, seed: Seed, path: Path) -> Path:
         values = sorted(level.itls_ms)
         n = len(values)
         share = [1 - i / n for i in range(n)]
-        ax.step(values, share, where="post", label=f"c={level.concurrency} (max {max(values):.0f} ms)")
+        ax.step(values, share, where="post", label=f"{level.label} (max {max(values):.0f} ms)")
         drawn = True
     if not drawn:
         # Printed summaries only: no per-request gaps, so show what the summary has.
-        xs = [lv.concurrency for lv in sweep.levels]
+        xs = _x_axis(ax, sweep.levels)
         ax.plot(xs, [lv.get("p99_itl_ms") or 0 for lv in sweep.levels], "o-", label="p99 ITL")
         ax.plot(xs, [lv.max_itl_ms or 0 for lv in sweep.levels], "s--", label="max ITL")
-        ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("ITL (ms)")
         ax.axhline(seed.efa_max_itl_ms, color="tab:green", linestyle=":", label=f"seed EFA max ITL {seed.efa_max_itl_ms:.0f} ms")
@@ -104,7 +118,7 @@ def plot_tpot(sweep: Sweep, seed: Seed, model: LatencyModel, path: Path) -> Path
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     levels = [lv for lv in sweep.levels if lv.get("mean_tpot_ms") is not None]
-    xs = [lv.concurrency for lv in levels]
+    xs = _x_axis(ax, levels)
     mean = [lv.get("mean_tpot_ms") or 0.0 for lv in levels]
     ax.plot(xs, mean, "o-", label="mean TPOT (this run)")
     p99 = [lv.get("p99_tpot_ms") for lv in levels]
@@ -115,8 +129,6 @@ def plot_tpot(sweep: Sweep, seed: Seed, model: LatencyModel, path: Path) -> Path
         ax.plot(xs, ibgda, "^:", color="tab:purple", label=f"model: same run on IBGDA (- {model.formula})")
     ax.axhline(seed.efa_mean_tpot_ms, color="tab:green", linestyle="-.", label=f"seed EFA mean TPOT {seed.efa_mean_tpot_ms:.1f} ms")
     ax.axhline(seed.roce_mean_tpot_ms, color="tab:red", linestyle="-.", label=f"seed RoCE mean TPOT {seed.roce_mean_tpot_ms:.1f} ms")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel("time per output token (ms)")
     ax.set_title("TPOT against concurrency")
@@ -131,14 +143,11 @@ def plot_tpot(sweep: Sweep, seed: Seed, model: LatencyModel, path: Path) -> Path
 def plot_ttft(sweep: Sweep, seed: Seed, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
-    xs = [lv.concurrency for lv in sweep.levels]
+    xs = _x_axis(ax, sweep.levels)
     for metric, style, label in (("mean_ttft_ms", "o-", "mean"), ("median_ttft_ms", "d-", "median"), ("p99_ttft_ms", "s--", "p99")):
         values = [lv.get(metric) for lv in sweep.levels]
         if values and all(v is not None for v in values):
             ax.plot(xs, [v or 0.0 for v in values], style, label=f"{label} TTFT (this run)")
-    ax.set_xscale("log", base=2)
-    if xs:
-        ax.set_xticks(xs, [str(x) for x in xs])
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel("time to first token (ms)")
     ax.set_title(f"TTFT against concurrency (seed: EFA and RoCE {seed.ttft_difference_pct:.0f}% apart, no absolute value published)")
@@ -216,7 +225,7 @@ def _standing(levels: Sequence[Level], seed: Seed, model: LatencyModel) -> list[
                 else "(above the seed's EFA worst: look at the ITL plot's tail)"
             )
         lines.append(
-            f"- c={lv.concurrency}: mean TPOT {tpot:.2f} ms {verdict} ({seed.efa_mean_tpot_ms:.1f} ms, {ratio * 100:+.0f}%); "
+            f"- {lv.label}: mean TPOT {tpot:.2f} ms {verdict} ({seed.efa_mean_tpot_ms:.1f} ms, {ratio * 100:+.0f}%); "
             f"the model puts {model.tpot_overhead_ms:.1f} ms ({share:.0f}%) of it on the CPU-proxy path{tail}."
         )
     return lines
@@ -230,6 +239,8 @@ def header(sweep: Sweep, *, plan: Plan, run_meta: dict[str, Any] | None) -> list
     if warning := workload.deployment_warning(ran, plan.name):
         lines += [f"> **Warning:** {warning}.", ""]
     lines += [f"- Model: {plan.model.id}; layout: {_layout(plan)}.", f"- Workload (from the run's records): {ran.line()}."]
+    lines += [f"- Skipped {item}." for item in sweep.skipped]
+    lines += [f"- **Warning:** {item}." for item in sweep.warnings]
     if meta:
         lines.append(
             f"- Run: {meta.get('job', '-')} of deployment {ran.deployment or workload.UNKNOWN}, image {meta.get('image', '-')}, "
@@ -257,7 +268,7 @@ def markdown(
         "Each cell of a concurrency column shows this run, and in brackets its difference from the seed's EFA figure.",
         "",
         *_table(
-            ["metric", "seed RoCE", "seed EFA", *[f"c={lv.concurrency}" for lv in levels]],
+            ["metric", "seed RoCE", "seed EFA", *[lv.label for lv in levels]],
             comparison_rows(levels, seed, model),
         ),
         "",
@@ -290,7 +301,7 @@ def markdown(
             ],
             [
                 [
-                    str(lv.concurrency),
+                    lv.label,
                     f"{lv.completed}" + (f" of {lv.prompts}" if lv.prompts else ""),
                     _f(lv.get("output_throughput"), 0),
                     f"{_f(lv.get('mean_ttft_ms'), 0)} / {_f(lv.get('p99_ttft_ms'), 0)}",
@@ -308,10 +319,10 @@ def markdown(
         lines += ["Levels without results:", ""]
         lines += [f"- c={c}: {reason}" for c, reason in sorted(sweep.failed.items())]
         lines.append("")
-    errors = [(lv.concurrency, e) for lv in levels for e in lv.errors[:1]]
+    errors = [(lv.label, e) for lv in levels for e in lv.errors[:1]]
     if errors:
         lines += ["Failed requests (first error per level):", ""]
-        lines += [f"- c={c}: {e[:200]}" for c, e in errors]
+        lines += [f"- {c}: {e[:200]}" for c, e in errors]
         lines.append("")
     lines += [
         "## Plots",
@@ -334,6 +345,81 @@ def markdown(
         "- bench_serving measures at the client, through the router: TTFT includes prefill, the KV transfer and the first decode step; "
         "ITL includes the router's streaming.",
         "- Max ITL is one sample: rerun before drawing conclusions from it.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- A/B: two runs side by side ------------------------------------------------------------------------
+
+COMPARE_REPORT = "compare.md"
+# (row label, bench_serving metric, digits, lower is better)
+COMPARE_METRICS = (
+    ("mean TTFT (ms)", "mean_ttft_ms", 0, True),
+    ("p99 TTFT (ms)", "p99_ttft_ms", 0, True),
+    ("mean TPOT (ms)", "mean_tpot_ms", 2, True),
+    ("p99 TPOT (ms)", "p99_tpot_ms", 2, True),
+    ("mean ITL (ms)", "mean_itl_ms", 2, True),
+    ("p99 ITL (ms)", "p99_itl_ms", 2, True),
+    ("input tok/s", "input_throughput", 0, False),
+    ("output tok/s", "output_throughput", 0, False),
+)
+
+
+def backend_label(run_meta: dict[str, Any] | None) -> str:
+    """Each role's MoE all-to-all backend as the run recorded it (run.json "roles", written by `pdkit bench`)."""
+    roles = (run_meta or {}).get("roles")
+    if not isinstance(roles, dict) or not roles:
+        return "backend not recorded"
+    parts = []
+    for name, role in roles.items():
+        role = role if isinstance(role, dict) else {}
+        mode = f" {role['deepep_mode']}" if role.get("deepep_mode") else ""
+        parts.append(f"{name} {role.get('moe_a2a_backend', '?')}{mode}")
+    return ", ".join(parts)
+
+
+def _verdict(a: float | None, b: float | None, lower_is_better: bool) -> str:
+    if a is None or b is None or a <= 0:
+        return "-"
+    change = b / a - 1
+    better = change < 0 if lower_is_better else change > 0
+    return f"{change * 100:+.0f}%" + ("" if abs(change) < 0.005 else " (B better)" if better else " (A better)")
+
+
+def compare_markdown(a: Sweep, b: Sweep, *, a_name: str, b_name: str, a_meta: dict[str, Any] | None, b_meta: dict[str, Any] | None) -> str:
+    """TTFT, TPOT, ITL and throughput of two runs per concurrency level, each run labelled by its backends."""
+    labels = {"A": f"{a_name} ({backend_label(a_meta)})", "B": f"{b_name} ({backend_label(b_meta)})"}
+    lines = ["# A/B benchmark comparison", "", f"- A: {labels['A']}", f"- B: {labels['B']}"]
+    for which, meta in (("A", a_meta), ("B", b_meta)):
+        if not (meta or {}).get("roles"):
+            lines.append(f"- **Warning:** {which} has no per-role backend in its run.json (not a `pdkit bench` run, or an older one).")
+    workloads = {which: workload.from_run(sweep, meta).line() for which, sweep, meta in (("A", a, a_meta), ("B", b, b_meta))}
+    if workloads["A"] != workloads["B"]:
+        lines.append(
+            f"- **Warning:** the workloads differ, so the runs are not comparable as they stand: A {workloads['A']}; B {workloads['B']}."
+        )
+    else:
+        lines.append(f"- Workload (both runs' records): {workloads['A']}.")
+    by_key = {lv.key: lv for lv in a.levels}, {lv.key: lv for lv in b.levels}
+    both = by_key[0] | by_key[1]  # every level of either run, for its label
+    rows = []
+    for key in sorted(both):
+        la, lb = by_key[0].get(key), by_key[1].get(key)
+        label = both[key].label
+        for name, metric, digits, lower in COMPARE_METRICS:
+            va = la.get(metric) if la else None
+            vb = lb.get(metric) if lb else None
+            if va is None and vb is None:
+                continue
+            rows.append([label, name, _f(va, digits), _f(vb, digits), _verdict(va, vb, lower)])
+    lines += ["", *_table(["level", "metric", "A", "B", "B vs A"], rows), ""]
+    only = [lv.label for lv in a.levels if lv.key not in by_key[1]] + [lv.label for lv in b.levels if lv.key not in by_key[0]]
+    if only:
+        lines += [f"Levels in one run only: {', '.join(only)}.", ""]
+    lines += [
+        "Read with care: one run per side; TTFT includes prefill, the KV transfer and the first decode step, so a prefill "
+        "backend shows in TTFT and input tok/s, a decode backend in TPOT and ITL. Rerun both before deciding.",
         "",
     ]
     return "\n".join(lines)

@@ -1,17 +1,32 @@
-"""bench_serving's results, read from what it writes (SGLang 0.5.23, `sglang/benchmark/serving.py`).
+"""bench_serving's results, read from what it writes: SGLang's `bench_serving` (`python/sglang/bench_serving.py`,
+since 0.5.x `sglang/benchmark/serving.py`) since 0.4, and vLLM-style summaries that operators paste beside them.
 
 Two formats, both parsed:
-- the JSONL of `--output-file`: one object per run with `max_concurrency`, `completed`, the
-  mean/median/std/p90/p95/p99 of `*_ttft_ms`, `*_tpot_ms`, `*_itl_ms`, `*_e2e_latency_ms`,
-  throughputs and, with `--output-details`, per-request `ttfts` (s) and `itls` (lists of s). It has
-  no max ITL field: the max comes from the `itls` lists.
+- the JSONL of `--output-file`: one object per run. What each generation carries (only what the kit reads):
+  - all: `completed`, `duration`, `output_throughput`, `random_input_len` / `random_output_len` /
+    `random_range_ratio`, `median_ttft_ms`, `median_itl_ms`, `mean_e2e_latency_ms`;
+  - the early record (SGLang's `benchmark/lora/lora_bench.py` still writes it): `backend`,
+    `request_rate`, median-only TTFT/ITL, no `max_concurrency`, no TPOT;
+  - 0.4.x: adds `dataset_name`, `max_concurrency` (null when `--max-concurrency` was not given),
+    mean/median/std/p99 of `*_ttft_ms`, `*_tpot_ms`, `*_itl_ms`, `*_e2e_latency_ms`, `concurrency`
+    (the observed average in flight);
+  - 0.5.x: adds p90/p95 percentiles, `max_concurrent_requests` (the observed peak, NOT the limit: never a
+    level key), and with `--output-details` per-request `ttfts` (s) and `itls` (lists of s). No max ITL
+    field: the max comes from the `itls` lists.
+  A record is accepted when it carries a TTFT and an ITL or TPOT figure.
 - the printed summary (`============ Serving Benchmark Result ============` then `Mean TTFT (ms):
-  12.34` lines, including `Max ITL (ms):`), used when no JSONL is at hand and to cross-check.
+  12.34` lines, including `Max ITL (ms):`, `Traffic request rate:` and, when set, `Max request
+  concurrency:`), used when no JSONL is at hand and to cross-check.
+
+Levels are keyed by (request rate, concurrency): a request-rate sweep without a concurrency limit keeps
+every rate. Duplicates, impossible values (zero TTFT/ITL: sgl-project/sglang#9585, #12389) and files
+that cannot be read become warnings in the report, never a silent drop or an abort.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +52,8 @@ METRICS = (
     "mean_e2e_latency_ms",
     "p99_e2e_latency_ms",
     "request_throughput",
+    # Prefill's figure: AWS's p5en DeepEP vs UCCL-EP prefill comparison is in input tokens/s.
+    "input_throughput",
     "output_throughput",
     "total_throughput",
 )
@@ -46,9 +63,9 @@ _SUMMARY_LINE = re.compile(r"^(?P<label>[A-Za-z0-9 ()/.,%-]+?):\s+(?P<value>\S+)
 
 @dataclass(frozen=True)
 class Level:
-    """One concurrency level of a sweep."""
+    """One level of a sweep: a concurrency limit (None: not set), a request rate (None: all at once)."""
 
-    concurrency: int
+    concurrency: int | None
     completed: int
     prompts: int | None
     metrics: dict[str, float]
@@ -59,35 +76,85 @@ class Level:
     range_ratio: float | None = None
     errors: tuple[str, ...] = ()
     source: str = ""
+    request_rate: float | None = None
+    dataset: str | None = None
 
     def get(self, metric: str) -> float | None:
         return self.metrics.get(metric)
+
+    @property
+    def key(self) -> tuple[float, int]:
+        """(request rate, concurrency) for sorting and duplicates: unlimited sorts last."""
+        return (math.inf if self.request_rate is None else self.request_rate, self.concurrency or 0)
+
+    @property
+    def label(self) -> str:
+        rate = "" if self.request_rate is None else f"rate {self.request_rate:g}/s"
+        conc = "" if self.concurrency is None else f"c={self.concurrency}"
+        return ", ".join(x for x in (rate, conc) if x) or "c=unlimited"
+
+    def impossible(self) -> list[str]:
+        """Figures no real run gives: zero TTFT/ITL with completed requests (a known SGLang bug when the
+        first token and the rest arrive in one chunk: sgl-project/sglang#9585, #12389), or negatives."""
+        found = []
+        if self.completed > 0:
+            for name in ("mean_ttft_ms", "median_ttft_ms", "mean_itl_ms", "median_itl_ms"):
+                value = self.metrics.get(name)
+                if value is not None and value <= 0:
+                    found.append(f"{name} = {value:g}")
+        found += [f"{k} = {v:g}" for k, v in self.metrics.items() if v < 0 and f"{k} = {v:g}" not in found]
+        return found
 
 
 @dataclass
 class Sweep:
     levels: list[Level] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
+    # What was left out and why ("file: reason"), and what was kept but looks wrong.
+    skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def level(self, concurrency: int) -> Level | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
 
 
+_TTFT_KEYS = ("mean_ttft_ms", "median_ttft_ms")
+_DECODE_KEYS = ("mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "median_itl_ms")
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _rate(value: Any) -> float | None:
+    """`request_rate`: a number, or inf (JSON `Infinity`, or the string "inf" in a summary) for all at once."""
+    rate = _number(value)
+    if rate is None and isinstance(value, str):
+        try:
+            rate = float(value)
+        except ValueError:
+            return None
+    return None if rate is None or math.isinf(rate) else rate
+
+
 def from_record(record: dict[str, Any], source: str = "") -> Level:
     """One JSONL object as a Level."""
-    if "max_concurrency" not in record or "mean_tpot_ms" not in record:
+    if not isinstance(record, dict) or not any(k in record for k in _TTFT_KEYS) or not any(k in record for k in _DECODE_KEYS):
         raise KitError(
-            f"{source or 'a record'} is not bench_serving output (no max_concurrency / mean_tpot_ms). Fix: pass bench_serving's --output-file JSONL"
+            f"{source or 'a record'} is not bench_serving output (no TTFT and TPOT/ITL figures). Fix: pass bench_serving's --output-file JSONL"
         )
     itls = [x * 1000 for request in record.get("itls") or [] if isinstance(request, list) for x in request]
     ttfts = record.get("ttfts")
     errors = tuple(str(e) for e in record.get("errors") or [] if e)
-    concurrency = record["max_concurrency"] or record.get("max_concurrent_requests") or 0
+    # `max_concurrency` is the --max-concurrency limit (null: not set). `max_concurrent_requests` in newer
+    # records is the peak observed in flight: a measurement, not the level, so it is never used as the key.
+    limit = _number(record.get("max_concurrency"))
+    dataset = record.get("dataset_name")
     return Level(
-        concurrency=int(concurrency),
+        concurrency=int(limit) if limit is not None else None,
         completed=int(record.get("completed", 0)),
         prompts=len(ttfts) if isinstance(ttfts, list) else None,
-        metrics={k: float(record[k]) for k in METRICS if isinstance(record.get(k), int | float)},
+        metrics={k: v for k in METRICS if (v := _number(record.get(k))) is not None},
         itls_ms=tuple(itls),
         max_itl_ms=max(itls) if itls else None,
         input_len=record.get("random_input_len"),
@@ -95,13 +162,20 @@ def from_record(record: dict[str, Any], source: str = "") -> Level:
         range_ratio=record.get("random_range_ratio"),
         errors=errors,
         source=source,
+        request_rate=_rate(record.get("request_rate")),
+        dataset=str(dataset) if dataset else None,
     )
 
 
 def _key(label: str) -> str:
     """'Mean TTFT (ms)' -> 'mean_ttft_ms', 'Max request concurrency' -> 'max_request_concurrency'."""
     label = (
-        label.replace("E2E Latency", "e2e_latency").replace("(ms)", "ms").replace("(s)", "s").replace("(req/s)", "").replace("(tok/s)", "")
+        label.replace("E2E Latency", "e2e_latency")
+        .replace("Maximum request", "Max request")
+        .replace("(ms)", "ms")
+        .replace("(s)", "s")
+        .replace("(req/s)", "")
+        .replace("(tok/s)", "")
     )
     return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
@@ -148,69 +222,120 @@ _SUMMARY_TO_METRIC = {
     "mean_e2e_latency_ms": "mean_e2e_latency_ms",
     "p99_e2e_latency_ms": "p99_e2e_latency_ms",
     "request_throughput": "request_throughput",
+    "input_token_throughput": "input_throughput",
     "output_token_throughput": "output_throughput",
     "total_token_throughput": "total_throughput",
+    # Older SGLang and vLLM print "Total throughput (tok/s)" / "Total Token throughput (tok/s)".
+    "total_throughput": "total_throughput",
 }
 
 
 def from_summary(block: dict[str, float | str], source: str = "") -> Level:
+    """One printed block as a Level. Older versions print no concurrency line, newer ones print `not set`
+    without --max-concurrency: both are a level without a limit, keyed by the traffic rate."""
+    if not any(isinstance(block.get(k), float) for k in _TTFT_KEYS) or not any(isinstance(block.get(k), float) for k in _DECODE_KEYS):
+        raise KitError(f"{source}: a summary without TTFT and TPOT/ITL lines")
     concurrency = block.get("max_request_concurrency")
-    if not isinstance(concurrency, float):
-        raise KitError(f"{source}: a summary without 'Max request concurrency'. Fix: run bench_serving with --max-concurrency")
     metrics = {m: float(v) for k, m in _SUMMARY_TO_METRIC.items() if isinstance(v := block.get(k), float)}
     max_itl = block.get("max_itl_ms")
     completed = block.get("successful_requests")
     return Level(
-        concurrency=int(concurrency),
+        concurrency=int(concurrency) if isinstance(concurrency, float) else None,
         completed=int(completed) if isinstance(completed, float) else 0,
         prompts=None,
         metrics=metrics,
         max_itl_ms=float(max_itl) if isinstance(max_itl, float) else None,
         source=source,
+        request_rate=_rate(block.get("traffic_request_rate")),
     )
 
 
+def _keep(found: dict[tuple[float, int], Level], level: Level, sweep: Sweep) -> None:
+    """Add a level; a second one with the same key replaces the first, with a warning naming both."""
+    if (old := found.get(level.key)) is not None:
+        same = old.metrics == level.metrics
+        sweep.warnings.append(
+            f"{level.label} appears twice ({old.source} and {level.source}"
+            + (", identical figures)" if same else ", different figures: two runs or two server configurations?)")
+            + f"; the report keeps {level.source}"
+        )
+    found[level.key] = level
+    if bad := level.impossible():
+        sweep.warnings.append(
+            f"{level.source} ({level.label}): impossible values {', '.join(bad)}: bench_serving's known zero TTFT/ITL bug "
+            "(https://github.com/sgl-project/sglang/issues/9585); rerun before trusting this level"
+        )
+
+
+def _read(file: Path, sweep: Sweep) -> str | None:
+    try:
+        return file.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        sweep.skipped.append(f"{file.name}: cannot be read ({err.__class__.__name__}: {err})")
+        return None
+
+
 def load_dir(path: Path) -> Sweep:
-    """A directory of results: `*.jsonl` from --output-file (the last record per concurrency wins), and
-    printed summaries in `*.log` / `*.txt` for levels without JSONL (and for max ITL when the JSONL
-    has no per-request ITLs)."""
+    """A directory of results: `*.jsonl` from --output-file, and printed summaries in `*.log` / `*.txt`
+    for levels without JSONL (and for max ITL when the JSONL has no per-request ITLs). A file or line
+    that cannot be read is skipped with the reason in `Sweep.skipped`; the rest is read."""
     if not path.is_dir():
         raise KitError(
             f"{path} is not a directory. Fix: pass the --out directory of `pdkit bench` (or a folder of bench_serving JSONL files)"
         )
-    by_level: dict[int, Level] = {}
+    sweep = Sweep()
+    by_level: dict[tuple[float, int], Level] = {}
     for file in sorted(path.glob("*.jsonl")):
-        for n, line in enumerate(file.read_text().splitlines(), 1):
+        text = _read(file, sweep)
+        if text is None:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
-                raise KitError(f"{file}:{n} is not JSON. Fix: pass bench_serving's --output-file JSONL unchanged") from None
-            level = from_record(record, f"{file.name}:{n}")
-            by_level[level.concurrency] = level
-    summaries: dict[int, Level] = {}
-    for file in sorted([*path.glob("*.log"), *path.glob("*.txt")]):
-        for block in parse_summaries(file.read_text(errors="replace")):
-            try:
-                level = from_summary(block, file.name)
-            except KitError:
+                level = from_record(record, f"{file.name}:{n}")
+            except json.JSONDecodeError as err:
+                sweep.skipped.append(f"{file.name}:{n}: not JSON ({err.msg})")
                 continue
-            summaries[level.concurrency] = level
-    for c, summary in summaries.items():
-        if c not in by_level:
-            by_level[c] = summary
-        elif by_level[c].max_itl_ms is None and summary.max_itl_ms is not None:
-            by_level[c] = replace(by_level[c], max_itl_ms=summary.max_itl_ms)
-    failed = {}
+            except KitError:
+                keys = ", ".join(sorted(record)[:6]) if isinstance(record, dict) else type(record).__name__
+                sweep.skipped.append(f"{file.name}:{n}: no TTFT and TPOT/ITL figures (keys: {keys})")
+                continue
+            _keep(by_level, level, sweep)
+    summaries: dict[tuple[float, int], Level] = {}
+    for file in sorted([*path.glob("*.log"), *path.glob("*.txt")]):
+        try:
+            text = file.read_text(errors="replace")
+        except OSError as err:
+            sweep.skipped.append(f"{file.name}: cannot be read ({err.__class__.__name__}: {err})")
+            continue
+        for i, block in enumerate(parse_summaries(text), 1):
+            try:
+                level = from_summary(block, f"{file.name} block {i}")
+            except KitError as err:
+                sweep.skipped.append(str(err))
+                continue
+            if level.key in by_level:
+                if by_level[level.key].max_itl_ms is None and level.max_itl_ms is not None:
+                    by_level[level.key] = replace(by_level[level.key], max_itl_ms=level.max_itl_ms)
+                continue
+            _keep(summaries, level, sweep)
+    by_level.update(summaries)
     status_file = path / "failed.json"
     if status_file.is_file():
-        failed = {int(k): str(v) for k, v in json.loads(status_file.read_text()).items()}
-    if not by_level and not failed:
+        try:
+            sweep.failed = {int(k): str(v) for k, v in json.loads(status_file.read_text()).items()}
+        except (ValueError, AttributeError, OSError) as err:
+            sweep.skipped.append(f"failed.json: not the `pdkit bench` status file ({err})")
+    if not by_level and not sweep.failed:
+        why = f" Skipped: {'; '.join(sweep.skipped)}." if sweep.skipped else ""
         raise KitError(
-            f"no bench_serving results in {path} (*.jsonl, or *.log with a printed summary). Fix: run `pdkit bench --out {path}` first"
+            f"no bench_serving results in {path} (*.jsonl, or *.log with a printed summary).{why} "
+            f"Fix: run `pdkit bench --out {path}` first, or pass the directory holding bench_serving's output"
         )
-    return Sweep(levels=[by_level[c] for c in sorted(by_level)], failed=failed)
+    sweep.levels = [by_level[k] for k in sorted(by_level)]
+    return sweep
 
 
 def levels_from_log(text: str) -> dict[int, tuple[int, list[Level]]]:

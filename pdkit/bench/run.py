@@ -86,6 +86,11 @@ def run(
         "profile": plan.profile_path,
         "model": plan.model.id,
         "image": image,
+        # What each role served with, so `pdkit report --compare` can label an A/B by backend from the records.
+        "roles": {
+            r.name: {"moe_a2a_backend": r.a2a_backend, "deepep_mode": r.deepep_mode, "image": plan.images[r.image].tag}
+            for r in plan.roles.values()
+        },
         "router": manifests.router_url(plan),
         "levels": list(levels),
         "input_len": plan.profile.bench.input_len,

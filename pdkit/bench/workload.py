@@ -26,11 +26,13 @@ class Workload:
     prompts_per_level: str
     warmup_requests: str
     concurrency: str
+    request_rate: str = UNKNOWN
 
     def line(self) -> str:
         return (
             f"{self.dataset} dataset, input {self.input_len} / output {self.output_len} tokens (range ratio {self.range_ratio}), "
-            f"{self.prompts_per_level} prompts per level after {self.warmup_requests} warm-up requests, concurrency {self.concurrency}"
+            f"{self.prompts_per_level} prompts per level after {self.warmup_requests} warm-up requests, concurrency {self.concurrency}, "
+            f"request rate {self.request_rate}"
         )
 
 
@@ -51,18 +53,23 @@ def _first(*said: str | None) -> str:
 def from_run(sweep: Sweep, meta: Mapping[str, Any] | None) -> Workload:
     meta = meta or {}
     levels = sweep.levels
-    ran: Sequence[int] = sorted({lv.concurrency for lv in levels} | set(sweep.failed))
+    limits = {lv.concurrency for lv in levels if lv.concurrency is not None} | set(sweep.failed)
+    ran: Sequence[str] = [str(c) for c in sorted(limits)] + (["not set"] if any(lv.concurrency is None for lv in levels) else [])
+    # Records without a request_rate (summaries of very old versions) say nothing; None from a record means inf.
+    rates = sorted({lv.request_rate for lv in levels if lv.request_rate is not None})
+    rate = ", ".join(f"{r:g}/s" for r in rates) + (", all at once" if any(lv.request_rate is None for lv in levels) else "")
     return Workload(
         deployment=str(meta["plan"]) if meta.get("plan") else None,
         profile=str(meta["profile"]) if meta.get("profile") else None,
-        # `pdkit bench` always runs the random dataset (pdkit/bench/manifests.py); a hand-run JSONL does not say here.
-        dataset="random" if meta.get("kind") == "pdkit-bench" else UNKNOWN,
+        # The records' dataset_name first; `pdkit bench` always runs the random dataset (pdkit/bench/manifests.py).
+        dataset=_first(_said(lv.dataset for lv in levels), "random" if meta.get("kind") == "pdkit-bench" else None),
         input_len=_first(_said(lv.input_len for lv in levels), _said([meta.get("input_len")])),
         output_len=_first(_said(lv.output_len for lv in levels), _said([meta.get("output_len")])),
         range_ratio=_first(_said(lv.range_ratio for lv in levels)),
         prompts_per_level=_first(_said(lv.prompts for lv in levels), _said([meta.get("prompts_per_level")])),
         warmup_requests=_first(_said([meta.get("warmup_requests")])),
-        concurrency=", ".join(map(str, ran)) if ran else _first(_said([", ".join(map(str, meta.get("levels") or [])) or None])),
+        concurrency=", ".join(ran) if ran else _first(_said([", ".join(map(str, meta.get("levels") or [])) or None])),
+        request_rate=rate.removeprefix(", ") if levels else UNKNOWN,
     )
 
 

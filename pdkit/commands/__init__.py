@@ -20,6 +20,7 @@ MODULES = (
     "weights",
     "render",
     "status",
+    "timeline",
     "smoke",
     "validate",
     "bench",

@@ -1,7 +1,8 @@
 """`pdkit capacity offerings|buy|status|extend`: find, buy, watch and extend the EC2 Capacity Block.
 
-No CloudFormation resource can buy a Capacity Block, so the kit buys it here, out of band, and the
-stacks only consume the cr- id from the profile.
+CloudFormation has no resource that buys a Capacity Block: the kit buys it here, out of band, and the stacks
+consume the cr- id from the profile; or, with capacity.purchase, its own custom resource buys it during
+`cdk deploy` (stacks/capacity_purchase.py) with the same purchase code (pdkit.purchase).
 """
 
 from __future__ import annotations

@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     )
     p.add_argument("--image", metavar="URI", help="validation image (default: the plan's <registry>/<name>/validation:<tag>)")
     p.add_argument(
+        "--serving-image",
+        metavar="URI",
+        help="serving image the role checks (UCCL-EP on decode) run in, as the role does (default: the plan's <registry>/<name>/sglang-efa:<tag>)",
+    )
+    p.add_argument(
         "--registry",
         metavar="HOST",
         help="ECR registry host (default: <account>.dkr.ecr.<region>.amazonaws.com from aws.account; required when the profile sets none)",
@@ -59,9 +64,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not phases:
         raise KitError(f"--only {args.only!r}: unknown phase(s) {unknown}. Fix: a comma-separated subset of {','.join(manifests.PHASES)}")
     image = args.image or validate.default_image(plan, args.registry)
-    refuse_placeholders(plan, "pdkit validate", ((image, "--registry"),))
+    # The checks that stand for a role (UCCL-EP on decode) run in that role's serving image.
+    roles = dict.fromkeys(plan.roles, args.serving_image) if args.serving_image else validate.role_images(plan, args.registry)
+    in_role_image = "uccl" in phases and plan.decode.ep_spans_nodes
+    refuse_placeholders(plan, "pdkit validate", ((image, "--registry"), *(((roles["decode"], "--registry"),) if in_role_image else ())))
     if args.render:
-        bundle = manifests.render(plan, derive(plan), image=image, run_id="render")
+        bundle = manifests.render(plan, derive(plan), image=image, run_id="render", role_images=roles)
         print(manifests.to_yaml(bundle.objects()), end="")
         return 0
 
@@ -73,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         plan,
         cluster,
         image=image,
+        role_images=roles,
         phases=phases,
         keep=args.keep,
         waiting=lambda phase: Waiting(timeout_s=manifests.PHASE_DEADLINE_SECONDS[phase] + 120),

@@ -6,6 +6,7 @@ the runbook section that handles it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -30,6 +31,8 @@ NEXT = {
     "pingpong_failed": f"efa provider or the EFA security group's self rule: {VALIDATE}#fi_pingpong-fails",
     "pingpong_slow": f"`pdkit topology` (same network node?), then {VALIDATE}#fi_pingpong-fails",
     "nccl_sockets": f"`kubectl exec POD -- python3 /opt/kit/selftest.py` (NCCL_NET_PLUGIN=ofi, ofi-nccl on LD_LIBRARY_PATH), then {PLAYBOOK}#nccl-on-sockets",
+    "nccl_provider": f"aws-ofi-nccl bound a libfabric provider other than efa (no EFA device or libfabric efa in the pod): `kubectl exec POD -- fi_info -p efa`, then {VALIDATE}#fi_pingpong-fails",
+    "nccl_layout": f"the nccl-tests output is not in a layout the kit reads: {VALIDATE}#low-nccl-bandwidth",
     "nccl_slow": f"every pod needs all EFA devices; `pdkit topology`; then {VALIDATE}#low-nccl-bandwidth",
     "nccl_corrupt": f"a GPU or NVLink fault: `kubectl describe node NODE` and node auto repair, {VALIDATE}#wrong-results",
     "nccl_setup": f"mpirun could not reach the other pods' agents: {VALIDATE}#nccl-job-does-not-start",
@@ -215,6 +218,9 @@ def _pingpong(th: Thresholds, pair: str, log: str) -> Check:
     latency = result.latency_us(th.pingpong_bytes)
     if status != "0" or latency is None:
         reason = result.errors[-1] if result.errors else f"fi_pingpong exit status {status}"
+        if not result.errors and status == "0":
+            sizes = ", ".join(str(r.size) for r in result.rows)
+            reason = f"no {th.pingpong_bytes} B row (sizes read: {sizes})" if sizes else "no fi_pingpong result row understood"
         return Check("fi_pingpong (efa)", pair, FAIL, reason, limit, NEXT["pingpong_failed"])
     biggest = max(result.rows, key=lambda r: r.size)
     measured = f"{latency:.1f} us; {biggest.mb_per_s:.0f} MB/s at {biggest.size} B"
@@ -234,6 +240,7 @@ def nccl_checks(plan: Plan, th: Thresholds, run: JobRun) -> list[Check]:
     if run.problem and not launcher:
         return [Check("nccl-tests", target, FAIL, run.problem, "job completes", stuck_next_step(plan, run.problem))]
     found = parsers.sections(launcher, "pdkit-begin", "pdkit-end", "test")
+    json_found = parsers.sections(launcher, "pdkit-begin", "pdkit-end", "json")
     setup = [m for m in parsers.marker_lines(launcher, "pdkit-end") if m.get("test") == "setup"]
     if setup:
         return [Check("nccl-tests", target, FAIL, "the worker pods' agents did not answer", "all pods reachable", NEXT["nccl_setup"])]
@@ -245,11 +252,20 @@ def nccl_checks(plan: Plan, th: Thresholds, run: JobRun) -> list[Check]:
             continue
         text, end = found[test]
         r = parsers.parse_nccl_tests(text)
+        if test in json_found:
+            # The kit's own runs also write nccl-tests' -J document: its numbers need no column guessing. A
+            # document cut short (the pod killed mid-write) leaves the table read from the text output.
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                r = parsers.parse_nccl_tests_json(json_found[test][0], r)
         rows.append(_nccl_network(test, target, r))
         best = r.large_message_busbw(NCCL_LARGE_MESSAGE_BYTES)
         floor = floors[test]
-        if best is None:
-            tail = r.warnings[-1] if r.warnings else f"exit status {end.get('status', '?')}, no result rows"
+        if r.unknown_header is not None and not r.rows:
+            tail = f"unrecognised nccl-tests column header {r.unknown_header!r}: no row read"
+            rows.append(Check(f"{test} bus bandwidth", target, FAIL, tail, f">= {floor:g} GB/s", NEXT["nccl_layout"]))
+        elif best is None:
+            why = "no column header line" if r.layout is None else f"no result rows in the {r.layout} layout"
+            tail = r.warnings[-1] if r.warnings else f"exit status {end.get('status', '?')}, {why}"
             rows.append(Check(f"{test} bus bandwidth", target, FAIL, tail, f">= {floor:g} GB/s", NEXT["nccl_slow"]))
         else:
             size, busbw = best
@@ -257,8 +273,15 @@ def nccl_checks(plan: Plan, th: Thresholds, run: JobRun) -> list[Check]:
             measured = f"{busbw:g} GB/s at {_size(size)}{avg}"
             rows.append(_row(busbw >= floor, f"{test} bus bandwidth", target, measured, f">= {floor:g} GB/s", NEXT["nccl_slow"]))
         wrong = (r.out_of_bounds or 0) + r.wrong
-        ok = r.out_of_bounds is not None and wrong == 0
-        measured = f"{wrong} wrong values" if r.out_of_bounds is not None else "no result footer"
+        # The footer alone proves nothing when no row was understood (an unread layout would PASS).
+        ok = r.out_of_bounds is not None and wrong == 0 and bool(r.rows)
+        measured = (
+            "no result footer"
+            if r.out_of_bounds is None
+            else f"{wrong} wrong values"
+            if r.rows
+            else f"footer says {r.out_of_bounds} out of bounds, but no result row was understood"
+        )
         rows.append(_row(ok, f"{test} data check", target, measured, "0 wrong", NEXT["nccl_corrupt"]))
     return rows
 
@@ -271,7 +294,10 @@ def _nccl_network(test: str, target: str, r: parsers.NcclResult) -> Check:
     network = f"; network {', '.join(r.networks)}" if r.networks else ""
     measured = f"provider {provider}{fabric}{nics}{network}"
     ok = not r.socket_fallback and bool(r.providers) and all(p == "efa" for p in r.providers)
-    return _row(ok, f"{test} network", target, measured, threshold, NEXT["nccl_sockets"])
+    # A provider other than efa (e.g. "tcp;ofi_rxm") means the plugin loaded but libfabric found no EFA:
+    # another cause, another runbook section than NCCL's own socket transport.
+    other = r.providers and not r.socket_fallback
+    return _row(ok, f"{test} network", target, measured, threshold, NEXT["nccl_provider" if other else "nccl_sockets"])
 
 
 def _size(size: int) -> str:
@@ -291,6 +317,8 @@ def uccl_checks(plan: Plan, th: Thresholds, key: str, run: JobRun) -> list[Check
         return [Check("UCCL-EP low latency", target, FAIL, run.problem, "job completes", stuck_next_step(plan, run.problem))]
     r = parsers.parse_uccl_low_latency(text)
     reason = r.errors[0] if r.errors else "no 'All correctness tests passed'"
+    if not r.errors and not r.ranks:
+        reason = "no UCCL-EP result line ('[rank N] Dispatch + combine bandwidth' or 'Dispatch bandwidth') understood"
     correctness = Check("UCCL-EP correctness", target, PASS, "all correctness tests passed", "passes", "")
     if not r.correctness_passed:
         correctness = Check("UCCL-EP correctness", target, FAIL, reason, "passes", NEXT["uccl_failed"])
@@ -302,6 +330,8 @@ def uccl_checks(plan: Plan, th: Thresholds, key: str, run: JobRun) -> list[Check
         split = ""
         if r.worst_dispatch_us is not None and r.worst_combine_us is not None:
             split = f" (dispatch {r.worst_dispatch_us:g}, combine {r.worst_combine_us:g})"
+        if not r.combined_printed:
+            split += ", dispatch + combine summed: no combined line printed"
         measured = f"{worst:g} us worst of {len(r.ranks)} ranks{split}, {th.uccl_num_tokens} tokens/rank"
         timing = _row(worst <= th.uccl_max_dispatch_combine_us, "UCCL-EP dispatch+combine", target, measured, limit, NEXT["uccl_slow"])
     return [correctness, timing]

@@ -14,8 +14,13 @@ Four phases, run one after the other because each takes the nodes' GPUs (and EFA
 - `uccl`: per decode replica, UCCL-EP's low-latency dispatch/combine benchmark across the group's
   nodes (torchrun rendezvous on pod 0), with the model's hidden size, top-k and experts.
 
-Pods get devices from the device plugins, run as the image's non-root user with no capability and no
-privilege, and mount /dev/shm as a memory emptyDir. Every pod prints what it measured and exits 0:
+Pods get devices from the device plugins and mount /dev/shm as a memory emptyDir. A check that stands
+for a role runs as that role's serving pods run (pdkit/serving/role_pod.py): the `uccl` check in the
+role's serving image with its resources, environment and security context, the `efa` probes with its
+security context; by default that is the image's non-root user with no capability, no privilege and
+the node's default seccomp profile, so a pass proves the role needs nothing more. A role's `security`
+setting applies here too, and sets this namespace's Pod Security level (role_pod.validation_pod_security).
+The other checks (node-image, nccl) keep the RuntimeDefault profile. Every pod prints what it measured and exits 0:
 the verdict is `pdkit validate`'s, from the logs (pdkit/fabric/checks.py).
 """
 
@@ -32,7 +37,7 @@ from pdkit.fabric import agent
 from pdkit.fabric.thresholds import NCCL_MAX_BYTES, NCCL_MIN_BYTES, Thresholds
 from pdkit.kube import EFA, GPU
 from pdkit.plan import ROLE_LABEL, Plan, RolePlan
-from pdkit.serving import names
+from pdkit.serving import names, role_pod
 from pdkit.serving.environment import POD_INTERFACE, fabric_env
 from pdkit.serving.manifests import POD_SHARE_OF_NODE, PSS_VERSION_PREFIX, SHM_FRACTION_OF_NODE_MEMORY
 
@@ -113,7 +118,18 @@ def namespace_name(plan: Plan) -> str:
     return f"{plan.name}-validation"
 
 
-def render(plan: Plan, th: Thresholds, *, image: str, run_id: str, token: str = TOKEN_PLACEHOLDER) -> Bundle:
+def render(
+    plan: Plan,
+    th: Thresholds,
+    *,
+    image: str,
+    run_id: str,
+    token: str = TOKEN_PLACEHOLDER,
+    role_images: dict[str, str] | None = None,
+) -> Bundle:
+    """`image` is the validation image (fabtests, nccl-tests); `role_images` the serving image of each
+    role, for the checks that stand for a role (the validation image where not given)."""
+    role_images = role_images or {}
     ns = namespace_name(plan)
     node_image = node_image_job(plan, th, image=image, run_id=run_id, namespace=ns)
     extra = [node_image_namespace(plan)] if reads_host_record(plan) else []
@@ -121,7 +137,8 @@ def render(plan: Plan, th: Thresholds, *, image: str, run_id: str, token: str = 
     jobs += [efa_job(plan, role, th, image=image, run_id=run_id, namespace=ns) for role in plan.roles.values()]
     jobs.append(nccl_job(plan, th, image=image, run_id=run_id, namespace=ns))
     if plan.decode.ep_spans_nodes:
-        jobs += [uccl_job(plan, th, replica=i, image=image, run_id=run_id, namespace=ns) for i in range(plan.decode.replicas)]
+        decode_image = role_images.get("decode", image)
+        jobs += [uccl_job(plan, th, replica=i, image=decode_image, run_id=run_id, namespace=ns) for i in range(plan.decode.replicas)]
     return Bundle(
         namespace=namespace(plan),
         shared=[agent_config_map(plan, run_id, ns), agent_secret(plan, run_id, ns, token)],
@@ -144,10 +161,12 @@ def _meta(plan: Plan, name: str, ns: str, run_id: str, check: str) -> Obj:
 
 def namespace(plan: Plan) -> Obj:
     version = PSS_VERSION_PREFIX + plan.kubernetes_version
+    # The validation pods need no privilege: "restricted" is enforced, not only audited; unless a role's
+    # security escape hatch needs a lower level (role_pod.validation_pod_security).
+    enforce = role_pod.validation_pod_security(plan)
     labels = {
         **names.common_labels(plan, "validation"),
-        # The validation pods need no privilege: "restricted" is enforced, not only audited.
-        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce": enforce,
         "pod-security.kubernetes.io/enforce-version": version,
         "pod-security.kubernetes.io/warn": "restricted",
         "pod-security.kubernetes.io/warn-version": version,
@@ -208,19 +227,29 @@ def _agent_env(run_id: str) -> list[Obj]:
     ]
 
 
-def _container(plan: Plan, *, image: str, script: str, env: list[Obj], requests: dict[str, str], devices: dict[str, str]) -> Obj:
+def _container(
+    plan: Plan,
+    *,
+    image: str,
+    script: str,
+    env: list[Obj],
+    requests: dict[str, str],
+    devices: dict[str, str],
+    role: RolePlan | None = None,
+) -> Obj:
+    """With `role`, the container runs with that role's security context (pdkit/serving/role_pod.py)."""
+    security = (
+        role_pod.container_security(role)
+        if role is not None
+        else {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
+    )
     return {
         "name": "check",
         "image": image,
         "command": ["/bin/bash", "-c", script],
         "env": env,
         "resources": {"requests": {**requests, **devices}, "limits": dict(devices)},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": security,
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
             {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
@@ -245,6 +274,10 @@ def _job(
     roles: list[RolePlan],
     container: Obj,
 ) -> Obj:
+    # A check for one role runs with that role's pod security context (seccomp profile).
+    pod_security = (
+        role_pod.pod_security(roles[0]) if len(roles) == 1 else {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    )
     placement: Obj
     if len(roles) == 1:
         placement = {"nodeSelector": {**roles[0].labels, INSTANCE_TYPE_LABEL: plan.instance.name}}
@@ -273,7 +306,7 @@ def _job(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 10,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security,
         **placement,
         "tolerations": [_toleration(r) for r in roles],
         "affinity": {**node_affinity, "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
@@ -343,6 +376,7 @@ def efa_job(plan: Plan, role: RolePlan, th: Thresholds, *, image: str, run_id: s
         env=env,
         requests={"cpu": EFA_PROBE_CPU, "memory": EFA_PROBE_MEMORY},
         devices={EFA: str(th.efa_devices_per_node)},
+        role=role,
     )
     job = _job(
         plan,
@@ -403,14 +437,22 @@ def mpirun_argv(*, job: str, pods: int, gpus_per_node: int, test: str) -> list[s
         "2",
         "-g",
         "1",
+        # nccl-tests' JSON output (-J FILE.json, src/common.cu since v2.17.3; the pin is v2.19.6): rank 0 writes it, the checks prefer it.
+        "-J",
+        nccl_json_path(test),
     ]
+
+
+def nccl_json_path(test: str) -> str:
+    return f"/dev/shm/{test}.json"  # noqa: S108 - the pod's own memory emptyDir (dshm), not the host's /dev/shm
 
 
 def nccl_script(*, job: str, pods: int, gpus_per_node: int) -> str:
     workers = " ".join(_host(job, i) for i in range(1, pods))
     runs = "\n".join(
         f'echo "pdkit-begin test={test}"\n{shlex.join(mpirun_argv(job=job, pods=pods, gpus_per_node=gpus_per_node, test=test))} 2>&1\n'
-        f'echo "pdkit-end test={test} status=$?"'
+        f'echo "pdkit-end test={test} status=$?"\n'
+        f'echo "pdkit-begin json={test}"\ncat {nccl_json_path(test)} 2>&1\necho "pdkit-end json={test} status=$?"'
         for test in NCCL_TESTS
     )
     return f"""set -u
@@ -469,16 +511,21 @@ exit 0
 def uccl_job(plan: Plan, th: Thresholds, *, replica: int, image: str, run_id: str, namespace: str) -> JobSpec:
     decode = plan.decode
     name = f"uccl-decode-{replica}-{run_id}"
+    # Decode's own environment, resources and security context (role_pod), so a pass predicts decode;
     # UCCL-EP picks its bootstrap interface from UCCL_SOCKET_IFNAME; its README asks for it explicitly.
-    env = _env(plan, ("UCCL_SOCKET_IFNAME", POD_INTERFACE))
+    role_env = {**role_pod.environment(plan, decode, host_network=False), "UCCL_SOCKET_IFNAME": POD_INTERFACE}
+    env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(role_env.items())]
+    env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     container = _container(
         plan,
         image=image,
         script=uccl_script(job=name, pods=decode.nodes_per_replica, th=th),
         env=env,
-        requests=_gpu_requests(plan),
-        devices={GPU: str(th.gpus_per_node), EFA: str(th.efa_devices_per_node)},
+        requests={},
+        devices={},
+        role=decode,
     )
+    container["resources"] = role_pod.resources(plan, decode)
     key = f"uccl-decode-{replica}"
     job = _job(
         plan,

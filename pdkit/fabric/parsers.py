@@ -19,12 +19,22 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
 
 # --- nccl-tests ----------------------------------------------------------------------------------
+
+
+# Launchers prefix every line they forward: Open MPI `mpirun --tag-output` `[1,0]<stdout>:` (what AWS's EFA
+# guides show), Slurm `srun --label` `0: `, `kubectl logs --prefix` `[pod/NAME/CONTAINER] `.
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:\s?|\d+:\s|\[pod/[^\]\s]+\]\s)")
+
+
+def strip_launcher(line: str) -> str:
+    """A line without the launcher's tag, so every parser reads what the tool itself printed."""
+    return _LAUNCHER_PREFIX.sub("", line, count=1)
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,10 @@ class NcclResult:
     networks: tuple[str, ...]
     socket_fallback: bool
     warnings: tuple[str, ...] = field(default=())
+    # Which column layout the header line announced ("v2.13", "v2.13 per-iteration", "pre-2.13", "json"),
+    # and the header line itself when it matched none: then no row is read, and the check must FAIL.
+    layout: str | None = None
+    unknown_header: str | None = None
 
     def large_message_busbw(self, min_bytes: int) -> tuple[int, float] | None:
         """(size, busbw) of the best row at or above `min_bytes`, else of the largest size measured."""
@@ -74,16 +88,61 @@ class NcclResult:
         return sum((r.oop_wrong or 0) + (r.ip_wrong or 0) for r in self.rows)
 
 
-_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([\w.-]+?),? (?:fabric is (\S+) )?\(found (\d+) nics\)")
+# aws-ofi-nccl names the libfabric provider it bound (prov_name: "efa", "tcp;ofi_rxm", ...) in three shapes:
+# "Selected Provider is %s" (oldest), "Selected Provider is %s (found %d nics)", and
+# "Selected provider is %s, fabric is %s (found %d nics)" (current).
+_PROVIDER = re.compile(
+    r"NET/OFI Selected [Pp]rovider is (?P<prov>[^\s,]+)(?:,? fabric is (?P<fabric>\S+))?(?: \(found (?P<nics>\d+) nics\))?"
+)
 _NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
 _AVG_BUSBW = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({_NUM})")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
 _TEST_START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _NCCL_WARN = re.compile(r"NCCL WARN (.+)$")
+_GROUP = ("algbw", "busbw")
+_PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 
 
-def _wrong(cell: str) -> int | None:
-    return None if cell == "N/A" else int(float(cell))
+@dataclass(frozen=True)
+class _Layout:
+    """Column positions of one nccl-tests table, from its header line."""
+
+    name: str
+    redop: int | None
+    root: int | None
+    oop: int  # index of the out-of-place time column
+    ip: int  # index of the in-place time column
+    width: int  # columns every data row has (a timestamp may follow)
+
+
+def _layout(header: list[str]) -> _Layout | None:
+    """The header's columns (NVIDIA/nccl-tests: src/util.cu writeResultHeader since v2.13 with redop and
+    root always present, `#wrong`, and with -I four i_* columns after each group; before v2.13 each test's
+    print_header with only the columns it used and `error`). None for anything else."""
+    if header[:3] != ["size", "count", "type"]:
+        return None
+    i = 3
+    redop = root = None
+    if i < len(header) and header[i] == "redop":
+        redop, i = i, i + 1
+    if i < len(header) and header[i] == "root":
+        root, i = i, i + 1
+    starts = []
+    per_iter = False
+    for _ in range(2):
+        if header[i : i + 1] not in (["time"], ["cputime"]) or tuple(header[i + 1 : i + 3]) != _GROUP:
+            return None
+        if i + 3 >= len(header) or header[i + 3] not in ("#wrong", "error"):
+            return None
+        starts.append(i)
+        i += 4
+        if tuple(header[i : i + 4]) == _PER_ITER:
+            per_iter, i = True, i + 4
+    if header[i:] not in ([], ["timestamp"]):
+        return None
+    old = header[starts[0] + 3] == "error"
+    name = "pre-2.13" if old else "v2.13 per-iteration" if per_iter else "v2.13"
+    return _Layout(name, redop, root, starts[0], starts[1], i)
 
 
 def parse_nccl_tests(text: str) -> NcclResult:
@@ -97,13 +156,16 @@ def parse_nccl_tests(text: str) -> NcclResult:
     oob: int | None = None
     test: str | None = None
     socket = False
+    layout: _Layout | None = None
+    unknown: str | None = None
     for raw in text.splitlines():
-        line = raw.rstrip()
+        line = strip_launcher(raw.rstrip())
         if m := _PROVIDER.search(line):
-            providers.append(m.group(1))
-            if m.group(2):
-                fabrics.append(m.group(2))
-            nics = int(m.group(3))
+            providers.append(m.group("prov"))
+            if m.group("fabric"):
+                fabrics.append(m.group("fabric"))
+            if m.group("nics"):
+                nics = int(m.group("nics"))
             continue
         if m := _NETWORK.search(line):
             networks.append(m.group(1))
@@ -126,9 +188,12 @@ def parse_nccl_tests(text: str) -> NcclResult:
             test = m.group(1)
             continue
         if stripped.startswith("#"):
+            header = stripped.lstrip("#").split()
+            if header[:1] == ["size"]:
+                layout = _layout(header)
+                unknown = None if layout else stripped
             continue
-        row = _nccl_row(stripped.split())
-        if row is not None:
+        if layout is not None and (row := _nccl_row(stripped.split(), layout)) is not None:
             rows.append(row)
     return NcclResult(
         test=test,
@@ -141,30 +206,92 @@ def parse_nccl_tests(text: str) -> NcclResult:
         networks=tuple(dict.fromkeys(networks)),
         socket_fallback=socket,
         warnings=tuple(dict.fromkeys(warnings)),
+        layout=layout.name if layout else None,
+        unknown_header=unknown,
     )
 
 
-def _nccl_row(f: list[str]) -> NcclRow | None:
-    if len(f) < 13 or not f[0].isdigit() or not f[1].isdigit():
+def _nccl_row(f: list[str], layout: _Layout) -> NcclRow | None:
+    if len(f) < layout.width or not f[0].isdigit() or not f[1].isdigit():
         return None
+    o, i = layout.oop, layout.ip
     try:
         return NcclRow(
             size=int(f[0]),
             count=int(f[1]),
             dtype=f[2],
-            redop=f[3],
-            root=int(f[4]),
-            oop_time_us=float(f[5]),
-            oop_algbw=float(f[6]),
-            oop_busbw=float(f[7]),
-            oop_wrong=_wrong(f[8]),
-            ip_time_us=float(f[9]),
-            ip_algbw=float(f[10]),
-            ip_busbw=float(f[11]),
-            ip_wrong=_wrong(f[12]),
+            redop=f[layout.redop] if layout.redop is not None else "-",
+            root=int(f[layout.root]) if layout.root is not None else -1,
+            oop_time_us=float(f[o]),
+            oop_algbw=float(f[o + 1]),
+            oop_busbw=float(f[o + 2]),
+            # Before v2.13 the column is `error`, the largest relative deviation (%5.0le), not a count.
+            oop_wrong=None if layout.name == "pre-2.13" else _wrong(f[o + 3]),
+            ip_time_us=float(f[i]),
+            ip_algbw=float(f[i + 1]),
+            ip_busbw=float(f[i + 2]),
+            ip_wrong=None if layout.name == "pre-2.13" else _wrong(f[i + 3]),
         )
     except ValueError:
         return None
+
+
+def _wrong(cell: str) -> int | None:
+    return None if cell == "N/A" else int(float(cell))
+
+
+def parse_nccl_tests_json(text: str, log: NcclResult | None = None) -> NcclResult:
+    """nccl-tests' `-J FILE` document (src/util.cu, JSON_FILE_VERSION 3): `results` rows with `out_of_place` /
+    `in_place` {time|cpu_time, alg_bw, bus_bw, nwrong}, `out_of_bounds.count`, `average_bus_bandwidth.bandwidth`.
+    The JSON has no NCCL INFO lines: the provider and network come from `log`, the same run's text output.
+    Raises ValueError when the text is not that document."""
+    import json
+
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ValueError("not an nccl-tests -J document (no 'results' list)")
+
+    def num(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"not a number: {value!r}")
+        return float(value)
+
+    rows = []
+    for r in doc["results"]:
+        oop, ip = r.get("out_of_place"), r.get("in_place")
+        if not isinstance(oop, dict) or not isinstance(ip, dict):
+            continue  # trace replay writes in-place only
+        rows.append(
+            NcclRow(
+                size=int(r["size"]),
+                count=int(r["count"]),
+                dtype=str(r.get("type", "")),
+                redop=str(r.get("redop", "")).strip(),
+                root=int(str(r.get("root", "-1")).strip() or -1),
+                oop_time_us=num(oop.get("time", oop.get("cpu_time"))),
+                oop_algbw=num(oop["alg_bw"]),
+                oop_busbw=num(oop["bus_bw"]),
+                oop_wrong=None if oop.get("nwrong") is None else int(num(oop["nwrong"])),
+                ip_time_us=num(ip.get("time", ip.get("cpu_time"))),
+                ip_algbw=num(ip["alg_bw"]),
+                ip_busbw=num(ip["bus_bw"]),
+                ip_wrong=None if ip.get("nwrong") is None else int(num(ip["nwrong"])),
+            )
+        )
+    oob = doc.get("out_of_bounds")
+    avg = doc.get("average_bus_bandwidth")
+    args = doc.get("args")
+    test = str(args[0]).rsplit("/", 1)[-1] if isinstance(args, list) and args else None
+    base = log or parse_nccl_tests("")
+    return replace(
+        base,
+        test=base.test or test,
+        rows=tuple(rows),
+        avg_busbw=num(avg["bandwidth"]) if isinstance(avg, dict) and "bandwidth" in avg else None,
+        out_of_bounds=int(num(oob["count"])) if isinstance(oob, dict) and "count" in oob else None,
+        layout="json",
+        unknown_header=None,
+    )
 
 
 # --- fi_pingpong ---------------------------------------------------------------------------------
@@ -207,7 +334,7 @@ def parse_fi_pingpong(text: str) -> PingpongResult:
     rows: list[PingpongRow] = []
     errors: list[str] = []
     for raw in text.splitlines():
-        line = raw.strip()
+        line = strip_launcher(raw.strip()).strip()
         if m := _PP_ROW.match(line):
             sent = _scaled(m.group(2), _COUNT_UNITS)
             diff = _scaled(m.group(4), _COUNT_UNITS)
@@ -246,8 +373,16 @@ class UcclResult:
 
     @property
     def worst_dispatch_combine_us(self) -> float | None:
+        """The worst rank's `Dispatch + combine` time; from its separate dispatch and combine times when the
+        output has no combined line (kineto-only runs print only those)."""
         values = [r.dispatch_combine_us for r in self.ranks if r.dispatch_combine_us is not None]
+        if not values:
+            values = [r.dispatch_us + r.combine_us for r in self.ranks if r.dispatch_us is not None and r.combine_us is not None]
         return max(values) if values else None
+
+    @property
+    def combined_printed(self) -> bool:
+        return any(r.dispatch_combine_us is not None for r in self.ranks)
 
     @property
     def worst_dispatch_us(self) -> float | None:
@@ -261,9 +396,11 @@ class UcclResult:
 
 
 _UCCL_BOTH = re.compile(rf"\[rank (\d+)\] Dispatch \+ combine bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us")
-_UCCL_SPLIT = re.compile(
-    rf"\[rank (\d+)\] Dispatch bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us \| Combine bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us"
-)
+# Dispatch and combine alone: on one line joined by " | " (DeepEP's test_low_latency.py, which UCCL-EP's
+# ep/bench keeps), with "(min=..., max=...)" or ", min_t=..., max_t=..." after avg_t in some forks, or each on
+# its own `[rank N]` line.
+_UCCL_DISPATCH = re.compile(rf"\[rank (\d+)\] Dispatch bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us")
+_UCCL_COMBINE = re.compile(rf"(?:\[rank (\d+)\] |\| )Combine bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us")
 _UCCL_ERROR = re.compile(r"(Traceback \(most recent call last\)|\w*Error: .*|AssertionError.*|.*CUDA error.*)")
 
 
@@ -272,15 +409,22 @@ def parse_uccl_low_latency(text: str) -> UcclResult:
     errors: list[str] = []
     passed = False
     for raw in text.splitlines():
-        line = raw.strip()
+        line = strip_launcher(raw.strip()).strip()
         if m := _UCCL_BOTH.search(line):
             rank = int(m.group(1))
             old = ranks.get(rank, UcclRank(rank))
             ranks[rank] = UcclRank(rank, float(m.group(3)), float(m.group(2)), old.dispatch_us, old.combine_us)
-        elif m := _UCCL_SPLIT.search(line):
-            rank = int(m.group(1))
+        elif (d := _UCCL_DISPATCH.search(line)) or _UCCL_COMBINE.search(line):
+            c = _UCCL_COMBINE.search(line)
+            rank = int(d.group(1) if d else c.group(1) if c and c.group(1) else -1)
             old = ranks.get(rank, UcclRank(rank))
-            ranks[rank] = UcclRank(rank, old.dispatch_combine_us, old.dispatch_combine_gbps, float(m.group(3)), float(m.group(5)))
+            ranks[rank] = UcclRank(
+                rank,
+                old.dispatch_combine_us,
+                old.dispatch_combine_gbps,
+                float(d.group(3)) if d else old.dispatch_us,
+                float(c.group(3)) if c else old.combine_us,
+            )
         elif "All correctness tests passed" in line:
             passed = True
         elif _UCCL_ERROR.match(line):

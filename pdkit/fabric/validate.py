@@ -36,6 +36,8 @@ class Outcome:
     thresholds: Thresholds
     checks: list[Check]
     logs: dict[str, dict[int, str]] = field(default_factory=dict)
+    # The serving image each role's checks ran in (the uccl check runs in decode's).
+    role_images: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -48,6 +50,7 @@ class Outcome:
             "plan": self.plan,
             "run_id": self.run_id,
             "image": self.image,
+            "role_images": self.role_images,
             "started": self.started,
             "finished": self.finished,
             "ok": self.ok,
@@ -87,6 +90,14 @@ def default_image(plan: Plan, registry: str | None) -> str:
     return plan.images["validation"].uri(registry or default_registry(plan))
 
 
+def role_images(plan: Plan, registry: str | None) -> dict[str, str]:
+    """The serving image of each role: the checks that stand for a role run in it (pdkit/serving/role_pod.py)."""
+    from pdkit.serving.inputs import from_plan
+
+    inputs = from_plan(plan, registry=registry)
+    return {name: inputs.role_image(name) for name in plan.roles}  # per role: its MoE backend decides the image
+
+
 def ensure_serving_stopped(plan: Plan, cluster: Cluster) -> None:
     busy = cluster.serving_pods(names.namespace(plan))
     if busy:
@@ -109,6 +120,7 @@ def run(
     say: Callable[[str], None] = lambda _line: None,
     run_id: str | None = None,
     token: str | None = None,
+    role_images: dict[str, str] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> Outcome:
     th = derive(plan)
@@ -117,7 +129,7 @@ def run(
     started = now()
     ensure_serving_stopped(plan, cluster)
     nodes = cluster.gpu_nodes()
-    bundle = manifests.render(plan, th, image=image, run_id=run_id, token=token)
+    bundle = manifests.render(plan, th, image=image, run_id=run_id, token=token, role_images=role_images)
     cluster.create(bundle.namespace)
     if "node-image" in phases:
         for extra in bundle.extra_namespaces:
@@ -163,4 +175,5 @@ def run(
         thresholds=th,
         checks=rows,
         logs={key: dict(r.logs) for key, r in runs.items()},
+        role_images=dict(role_images or {}),
     )

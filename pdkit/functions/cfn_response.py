@@ -12,17 +12,27 @@ from typing import Any
 MAX_REASON = 3500  # CloudFormation truncates long reasons; keep the fix visible.
 
 
-def send(event: dict[str, Any], *, success: bool, reason: str, physical_id: str, opener: Any = urllib.request.urlopen) -> None:
-    body = json.dumps(
-        {
-            "Status": "SUCCESS" if success else "FAILED",
-            "Reason": reason[:MAX_REASON],
-            "PhysicalResourceId": physical_id,
-            "StackId": event["StackId"],
-            "RequestId": event["RequestId"],
-            "LogicalResourceId": event["LogicalResourceId"],
-        }
-    ).encode()
+def send(
+    event: dict[str, Any],
+    *,
+    success: bool,
+    reason: str,
+    physical_id: str,
+    data: dict[str, str] | None = None,
+    opener: Any = urllib.request.urlopen,
+) -> None:
+    """`data` becomes the resource's attributes (Fn::GetAtt)."""
+    answer: dict[str, Any] = {
+        "Status": "SUCCESS" if success else "FAILED",
+        "Reason": reason[:MAX_REASON],
+        "PhysicalResourceId": physical_id,
+        "StackId": event["StackId"],
+        "RequestId": event["RequestId"],
+        "LogicalResourceId": event["LogicalResourceId"],
+    }
+    if data:
+        answer["Data"] = data
+    body = json.dumps(answer).encode()
     url = event["ResponseURL"]
     if not url.startswith("https://"):
         raise ValueError("CloudFormation response URLs are https")

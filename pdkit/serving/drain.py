@@ -7,6 +7,13 @@ subject to a PodDisruptionBudget), waits for them to be gone, and only then scal
 groups to zero, whose nodes then hold no pod a budget covers. At the next block the LeaderWorkerSets
 go back to the plan's replicas (pods wait as Pending until the nodes join).
 
+Deleting the pods is also what saves SGLang's warm compile cache for the next block: kubelet runs the
+serving container's preStop hook (`python -m pdkit.serving.compile_cache save`, leader only, skipped
+when nothing changed) before it stops the container, within the pod's terminationGracePeriodSeconds
+(pdkit/serving/compile_cache_objects.py SAVE_GRACE_SECONDS), which is shorter than POD_WAIT_MINUTES.
+A Job started after the scale-down could not do it: the cache is on the nodes' instance store, and
+the node groups go to zero right after.
+
 This module is the one source of what the block lifecycle Lambda (pdkit/functions/block_lifecycle.py)
 scales: `lifecycle_environment` hands it the namespace, the pod label and every LeaderWorkerSet with
 its plan replicas, and the Kubernetes group its access entry maps to (bound by the Role that

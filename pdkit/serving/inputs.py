@@ -5,8 +5,10 @@ hostNetwork switch.
 Read from the plan where it carries them, else from one clearly named attribute, else a documented
 placeholder:
 - `plan.images["sglang-efa"]`: the serving image (repository and tag from containers/versions.yaml);
-- `plan.images["router"]`, when the images issue adds a small router image (else the serving image,
-  which also carries the router);
+- `plan.images[role.image]`: each SGLang role's image, which its MoE all-to-all backend decides
+  (`sglang-efa` for UCCL-EP or none, `sglang-deepep` for upstream DeepEP);
+- `plan.images["router"]`: the slim router image (containers/router/), when versions.yaml has it (else
+  the serving image, which also carries the router);
 - `plan.weights.bucket(account)` / `plan.weights.prefix`: where the weights import puts the checkpoint;
 - `plan.profile.serving.host_network`: the hostNetwork switch (default off).
 
@@ -15,7 +17,7 @@ placeholder:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdkit.plan import Plan
 from pdkit.serving.weights_manifest import MANIFEST_NAME
@@ -33,6 +35,11 @@ class ServingInputs:
     weights_bucket: str
     weights_prefix: str
     host_network: bool
+    # Role name -> image URI, from each role's backend; a role missing here runs `image` (`--image` overrides all).
+    role_images: dict[str, str] = field(default_factory=dict)
+
+    def role_image(self, role: str) -> str:
+        return self.role_images.get(role, self.image)
 
     @property
     def manifest_key(self) -> str:
@@ -60,4 +67,5 @@ def from_plan(
         weights_bucket=weights_bucket or plan.weights.bucket(plan.account or PLACEHOLDER_ACCOUNT),
         weights_prefix=plan.weights.prefix,
         host_network=plan.profile.serving.host_network,
+        role_images={} if image else {role.name: plan.images[role.image].uri(registry) for role in plan.roles.values()},
     )

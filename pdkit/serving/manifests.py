@@ -5,8 +5,9 @@ GitOps users. Security posture, each choice explained in runbooks/02-serve.md ("
 - GPUs and EFA devices come from the device plugins (`nvidia.com/gpu`, `vpc.amazonaws.com/efa`):
   no privileged container, no hostPath to /dev, no added capability. The SGLang process runs as the
   image's non-root user, for which Kubernetes cannot make an added capability effective anyway (no
-  ambient capabilities), so EFA's locked-memory need is met by the node's containerd limit; the
-  container checks that limit before SGLang starts.
+  ambient capabilities), so EFA's locked-memory need is met by containerd's own limit, which a systemd
+  drop-in from the GPU launch template's user data raises (pdkit/node_config.py); the container checks
+  that limit before SGLang starts. A role that needs more has an escape hatch (role_pod).
 - The namespace enforces Pod Security "baseline" (audited against "restricted"). The weights volume
   is a PersistentVolume the kit creates on the node's NVMe, so pods mount a claim, not a hostPath.
 - hostNetwork is off; turning it on (plan.profile.serving.host_network) also lowers the namespace to
@@ -20,9 +21,10 @@ from typing import Any
 
 import yaml
 
-from pdkit.node_config import NVME_MOUNT
+from pdkit.node_config import CONTAINERD_MEMLOCK_DROPIN, NVME_MOUNT
 from pdkit.plan import ROLE_LABEL, Plan, RolePlan
-from pdkit.serving import drain, names
+from pdkit.serving import compile_cache_objects, drain, names, role_pod
+from pdkit.serving.compile_cache import CACHE_ROOT
 from pdkit.serving.environment import fabric_env
 from pdkit.serving.inputs import ServingInputs
 from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT, router_argv
@@ -39,12 +41,12 @@ from pdkit.serving.sglang_args import (
 Obj = dict[str, Any]
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
+GPU_RESOURCE = role_pod.GPU_RESOURCE
+EFA_RESOURCE = role_pod.EFA_RESOURCE
 # nodeadm `localStorage.strategy: RAID0` mounts the instance NVMe array at <NVME_MOUNT>0 (EKS AL2023 AMI).
 NODE_WEIGHTS_DIR = f"{NVME_MOUNT}0/pdkit-weights"
 SHM_FRACTION_OF_NODE_MEMORY = 8  # /dev/shm sized to 1/8 of the node's memory (NCCL, torch IPC)
-POD_SHARE_OF_NODE = 0.75  # CPU and memory requested; the rest is for kubelet and the node's daemons
+POD_SHARE_OF_NODE = role_pod.POD_SHARE_OF_NODE
 # SGLang answers /health with a one-token generation that may take SGLANG_HEALTH_CHECK_TIMEOUT (20 s).
 HEALTH_TIMEOUT_SECONDS = 25
 STARTUP_PERIOD_SECONDS = 30
@@ -60,9 +62,46 @@ PSS_VERSION_PREFIX = "v"
 MEMLOCK_CHECK = (
     'limit="$(ulimit -l)"; if [ "$limit" != unlimited ]; then '
     'echo "pdkit: the locked-memory limit is ${limit} KiB; EFA needs it unlimited. '
-    "Fix: set RLIMIT_MEMLOCK unlimited in the GPU nodes' containerd base runtime spec (runbooks/02-serve.md, Pod security)\" >&2; "
+    f"Fix: the GPU nodes need containerd's systemd drop-in {CONTAINERD_MEMLOCK_DROPIN} (LimitMEMLOCK=infinity), "
+    "which the launch template's user data writes (pdkit/node_config.py); on the node: systemctl show containerd -p LimitMEMLOCK "
+    '(runbooks/02-serve.md, Prerequisites 2)" >&2; '
     'exit 78; fi; exec "$@"'
 )
+
+
+# SGLang 0.5.23: "--admin-api-key: Set admin API key for sensitive management endpoints ... When set,
+# admin endpoints require this key and do NOT accept --api-key" (conformance/help). The key comes from
+# a Kubernetes Secret the operator creates once per namespace and deployment (runbooks/02-serve.md,
+# Prerequisites): generated on the operator's machine, it is never in a CloudFormation template, a
+# CDK asset or git, as a Secret in these manifests would be (the serving stack applies them).
+ADMIN_KEY_FLAG = "--admin-api-key"
+ADMIN_KEY_ENV = "PDKIT_SGLANG_ADMIN_API_KEY"
+ADMIN_KEY_SECRET_KEY = "admin-api-key"  # noqa: S105 - the name of the Secret's data field, not a key
+
+
+def admin_key_secret(plan: Plan) -> str:
+    return f"{plan.name}-sglang-admin"
+
+
+def admin_key_command(plan: Plan) -> list[str]:
+    """The one command that creates the Secret (32 random bytes, hex)."""
+    return [
+        "kubectl",
+        "-n",
+        names.namespace(plan),
+        "create",
+        "secret",
+        "generic",
+        admin_key_secret(plan),
+        f'--from-literal={ADMIN_KEY_SECRET_KEY}="$(openssl rand -hex 32)"',
+    ]
+
+
+def admin_key_env(plan: Plan) -> Obj:
+    # Not optional: without the Secret the container waits (CreateContainerConfigError, retried by the
+    # kubelet) instead of starting with an unexpanded, guessable "$(...)" as its key.
+    ref = {"name": admin_key_secret(plan), "key": ADMIN_KEY_SECRET_KEY, "optional": False}
+    return {"name": ADMIN_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}
 
 
 def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
@@ -75,12 +114,15 @@ def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
         fabric_config_map(plan, inputs),
         weights_volume(plan),
         weights_claim(plan),
+        compile_cache_objects.volume(plan, _meta(plan, compile_cache_objects.volume_name(plan), "compile-cache", namespaced=False)),
+        compile_cache_objects.claim(plan, _meta(plan, compile_cache_objects.claim_name(plan), "compile-cache")),
     ]
     for role in plan.roles.values():
         objs.append(leader_worker_set(plan, role, inputs))
     for role in plan.roles.values():
         objs.append(role_disruption_budget(plan, role))
     objs += [router_deployment(plan, inputs), router_disruption_budget(plan), router_service(plan)]
+    objs += [sglang_network_policy(plan), router_network_policy(plan)]
     objs += [block_lifecycle_role(plan), block_lifecycle_binding(plan)]
     return objs
 
@@ -100,8 +142,9 @@ def _meta(plan: Plan, name: str, component: str, *, namespaced: bool = True, **e
 
 def namespace(plan: Plan, inputs: ServingInputs) -> Obj:
     version = PSS_VERSION_PREFIX + plan.kubernetes_version
-    # hostNetwork is forbidden by "baseline": the switch has to lower enforcement with it.
-    enforce = "privileged" if inputs.host_network else "baseline"
+    # hostNetwork and a role's security escape hatch are forbidden by "baseline": the plan lowers
+    # enforcement with them (plan.pod_security); `pdkit render --host-network` lowers it too.
+    enforce = "privileged" if inputs.host_network else plan.pod_security
     labels = {
         "pod-security.kubernetes.io/enforce": enforce,
         "pod-security.kubernetes.io/enforce-version": version,
@@ -167,8 +210,9 @@ def weights_claim(plan: Plan) -> Obj:
 
 
 def startup_failure_threshold(plan: Plan) -> int:
-    """Probes start after staging; the budget covers loading the shard, CUDA graphs and warm-up."""
-    return math.ceil(plan.estimates.startup_budget_minutes * 60 / STARTUP_PERIOD_SECONDS)
+    """Probes start after staging and the compile-cache step; the budget covers loading the shard, CUDA
+    graphs, warm-up and, on a first boot whose precompile did not finish, SGLang's own kernel compile."""
+    return math.ceil(plan.estimates.first_boot_budget_minutes * 60 / STARTUP_PERIOD_SECONDS)
 
 
 def _health_probe(period: int, failures: int) -> Obj:
@@ -185,50 +229,41 @@ def _pod_labels(plan: Plan, role: RolePlan) -> dict[str, str]:
 
 
 def _sglang_container(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
-    it = plan.instance
-    devices = {GPU_RESOURCE: str(role.gpus_per_node), EFA_RESOURCE: str(role.efa_devices_per_node)}
     ports = [{"name": "http", "containerPort": SGLANG_PORT}, {"name": "dist-init", "containerPort": DIST_INIT_PORT}]
     if role.name == "prefill":
         ports.append({"name": "bootstrap", "containerPort": BOOTSTRAP_PORT})
     env = [{"name": k, "value": v} for k, v in sorted(role_env(plan, role.name).items())]
     container: Obj = {
         "name": "sglang",
-        "image": inputs.image,
+        "image": inputs.role_image(role.name),
         "command": ["/bin/sh", "-c", MEMLOCK_CHECK, "pdkit-memlock-check"],
-        "args": launch_argv(plan, role.name),
+        # Kubernetes expands $(VAR) in args from the container's env: the key never enters the pod spec.
+        "args": [*launch_argv(plan, role.name), ADMIN_KEY_FLAG, f"$({ADMIN_KEY_ENV})"],
         "ports": ports,
         "envFrom": [{"configMapRef": {"name": names.config_map(plan)}}],
-        "resources": {
-            "requests": {
-                "cpu": str(int(it.vcpus * POD_SHARE_OF_NODE)),
-                "memory": f"{int(it.memory_mib * POD_SHARE_OF_NODE)}Mi",
-                **devices,
-            },
-            "limits": dict(devices),
-        },
+        # Image, resources, security and environment shared with `pdkit validate` (role_pod).
+        "resources": role_pod.resources(plan, role),
         "startupProbe": _health_probe(STARTUP_PERIOD_SECONDS, startup_failure_threshold(plan)),
         "readinessProbe": _health_probe(30, 2),
         "livenessProbe": _health_probe(LIVENESS_PERIOD_SECONDS, LIVENESS_FAILURES),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": role_pod.container_security(role),
         "volumeMounts": [
             {"name": "weights", "mountPath": WEIGHTS_ROOT, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
+            compile_cache_objects.mount(),
         ],
     }
-    if env:
-        container["env"] = env
+    container["lifecycle"] = compile_cache_objects.pre_stop(plan, role, inputs, str(container["image"]))
+    env.append(admin_key_env(plan))
+    container["env"] = env
     return container
 
 
-def _staging_container(plan: Plan, inputs: ServingInputs) -> Obj:
+def _staging_container(plan: Plan, inputs: ServingInputs, image: str) -> Obj:
+    """Runs from the role's own serving image (both serving images carry the staging modules): one pull per node."""
     return {
         "name": "stage-weights",
-        "image": inputs.image,
+        "image": image,
         "command": [
             "python3",
             "-m",
@@ -241,6 +276,8 @@ def _staging_container(plan: Plan, inputs: ServingInputs) -> Obj:
             model_dir(plan),
             "--region",
             plan.region,
+            "--shared-dir",
+            CACHE_ROOT,
         ],
         "resources": {"requests": {"cpu": "32", "memory": "32Gi"}},
         # Root only to write into the root-owned node directory; no capability, no escalation.
@@ -252,7 +289,7 @@ def _staging_container(plan: Plan, inputs: ServingInputs) -> Obj:
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "volumeMounts": [{"name": "weights", "mountPath": WEIGHTS_ROOT}],
+        "volumeMounts": [{"name": "weights", "mountPath": WEIGHTS_ROOT}, compile_cache_objects.mount()],
     }
 
 
@@ -264,19 +301,26 @@ def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Ob
         "topologyKey": "kubernetes.io/hostname",
     }
     shm = f"{plan.instance.memory_mib // SHM_FRACTION_OF_NODE_MEMORY}Mi"
+    serving = _sglang_container(plan, role, inputs)
     spec: Obj = {
         "serviceAccountName": names.service_account(plan, "weights-reader"),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,
+        # The preStop hook saves the compile cache at the end-of-block drain (compile_cache_objects).
+        "terminationGracePeriodSeconds": compile_cache_objects.SAVE_GRACE_SECONDS,
+        "securityContext": role_pod.pod_security(role),
         "nodeSelector": {**role.labels, "node.kubernetes.io/instance-type": plan.instance.name},
         "tolerations": [toleration],
         "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
-        "initContainers": [_staging_container(plan, inputs)],
-        "containers": [_sglang_container(plan, role, inputs)],
+        "initContainers": [
+            _staging_container(plan, inputs, str(serving["image"])),
+            compile_cache_objects.warm_container(plan, role, inputs, serving),
+        ],
+        "containers": [serving],
         "volumes": [
             {"name": "weights", "persistentVolumeClaim": {"claimName": names.weights_claim(plan)}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            compile_cache_objects.pod_volume(plan),
         ],
     }
     if inputs.host_network:
@@ -307,11 +351,13 @@ def leader_worker_set(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
 
 
 def role_disruption_budget(plan: Plan, role: RolePlan) -> Obj:
-    """Voluntary evictions may take down all groups but one (none with a single group). The end-of-block
-    drain never meets this budget: it scales the LeaderWorkerSets to zero first (pdkit/serving/drain.py),
-    which deletes the pods rather than evicting them. Not-ready pods can always be evicted."""
+    """At most one pod, hence one group, at a time (none with a single group): evicting any pod of a
+    group takes the whole group down (RecreateGroupOnPodRestart), so a budget of N pods would let N
+    groups go at once. The end-of-block drain never meets this budget: it scales the LeaderWorkerSets
+    to zero first (pdkit/serving/drain.py), which deletes the pods rather than evicting them. Not-ready
+    pods (the rest of a group already going down) can always be evicted."""
     spec = {
-        "maxUnavailable": (role.replicas - 1) * role.nodes_per_replica,
+        "maxUnavailable": 1 if role.replicas > 1 else 0,
         "selector": {"matchLabels": {names.LWS_NAME_LABEL: names.lws_name(plan, role.name)}},
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
     }
@@ -412,6 +458,47 @@ def router_disruption_budget(plan: Plan) -> Obj:
         "metadata": _meta(plan, names.router_name(plan), "router"),
         "spec": spec,
     }
+
+
+def _sglang_selector(plan: Plan) -> Obj:
+    return {"matchLabels": {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}}
+
+
+def sglang_network_policy(plan: Plan) -> Obj:
+    """A closed serving surface: ingress to this deployment's SGLang pods only from its router (SGLang's
+    HTTP port) and from its own SGLang pods (every port: torch/NCCL/UCCL bootstrap, dist-init, the PD
+    bootstrap server, Mooncake's handshake). The one exception is the Prometheus collector (its ENIs
+    in the private subnets, which a NetworkPolicy can only name by address) on the HTTP port, for
+    /metrics; the admin endpoints behind that port need the admin key. EFA traffic is not IP and never
+    meets a NetworkPolicy. Enforced only with the VPC CNI's network policy agent on
+    (stacks/eks_addons.py VPC_CNI_CONFIGURATION). Egress stays open: staging reads S3 and the Pod
+    Identity agent, every pod resolves DNS."""
+    router = {"podSelector": {"matchLabels": _router_labels(plan)}}
+    spec = {
+        "podSelector": _sglang_selector(plan),
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {"from": [router], "ports": [{"protocol": "TCP", "port": SGLANG_PORT}]},
+            {"from": [{"podSelector": _sglang_selector(plan)}]},
+            {"from": [{"ipBlock": {"cidr": str(plan.profile.network.vpc_cidr)}}], "ports": [{"protocol": "TCP", "port": SGLANG_PORT}]},
+        ],
+    }
+    meta = _meta(plan, f"{plan.name}-sglang", "sglang")
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta, "spec": spec}
+
+
+def router_network_policy(plan: Plan) -> Obj:
+    """The router answers on its HTTP and metrics ports only, from inside the VPC (the internal NLB's IP
+    targets, the collector, `pdkit bench` pods)."""
+    ports = [{"protocol": "TCP", "port": ROUTER_PORT}, {"protocol": "TCP", "port": ROUTER_METRICS_PORT}]
+    sources = [{"ipBlock": {"cidr": str(plan.profile.network.vpc_cidr)}}, {"namespaceSelector": {}}]
+    spec = {
+        "podSelector": {"matchLabels": _router_labels(plan)},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": sources, "ports": ports}],
+    }
+    meta = _meta(plan, names.router_name(plan), "router")
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta, "spec": spec}
 
 
 def router_service(plan: Plan) -> Obj:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pdkit.images import component
 from pdkit.plan import Plan, RolePlan
+from pdkit.serving.environment import role_fabric_env
 
 # The pin lives in containers/versions.yaml (what the image installs); conformance checks this version.
 SGLANG_VERSION = str(component("sglang")["version"])
@@ -28,6 +29,7 @@ LWS_WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 # 0.5.23 spelling. `--nsa-*` is a prefix (every NSA backend flag became `--dsa-*`).
 REJECTED_SPELLINGS = {
     "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (the old name is ambiguous in 0.5.23)",
+    "--cuda-graph-bs": "--cuda-graph-bs-decode (the old name is ambiguous in 0.5.23)",
     "--enable-nsa-prefill-context-parallel": "--enable-prefill-cp --cp-strategy interleave --attn-cp-size N",
     "--nsa-": "--dsa-prefill-backend / --dsa-decode-backend",
     "--enable-deepep-moe": "--moe-a2a-backend deepep",
@@ -92,7 +94,10 @@ def launch_argv(plan: Plan, role: str) -> list[str]:
     ]
     if s.chunked_prefill_size is not None:
         argv += ["--chunked-prefill-size", str(s.chunked_prefill_size)]
-    if s.cuda_graph_max_bs is not None:
+    if r.decode_graph_bs:
+        # The plan's list, not a maximum: SGLang would otherwise capture its whole default list on every DP rank.
+        argv += ["--cuda-graph-bs-decode", *(str(bs) for bs in r.decode_graph_bs)]
+    elif s.cuda_graph_max_bs is not None:
         argv += ["--cuda-graph-max-bs-decode", str(s.cuda_graph_max_bs)]
     if s.two_batch_overlap:
         argv += ["--enable-two-batch-overlap"]
@@ -126,6 +131,10 @@ def parallelism_flags(r: RolePlan) -> list[str]:
         flags += ["--attn-cp-size", str(r.attn_cp), "--enable-prefill-cp", "--cp-strategy", CP_STRATEGY]
     if r.attn_dp > 1:
         flags += ["--attn-dp-size", str(r.attn_dp)]
+    if r.moe_dense_tp_size is not None:
+        flags += ["--moe-dense-tp-size", str(r.moe_dense_tp_size)]
+    if r.enable_dp_lm_head:
+        flags += ["--enable-dp-lm-head"]
     if r.moe_a2a_backend == "deepep":
         # DeepEP (UCCL-EP on EFA) sizes EP from TP itself; the plan already made ep = tp.
         flags += ["--moe-a2a-backend", "deepep", "--deepep-mode", str(r.deepep_mode)]
@@ -136,7 +145,7 @@ def parallelism_flags(r: RolePlan) -> list[str]:
 
 def role_env(plan: Plan, role: str) -> dict[str, str]:
     """Environment only this role needs (everything shared is in the ConfigMap)."""
-    env: dict[str, str] = {}
+    env: dict[str, str] = role_fabric_env(plan, plan.roles[role])
     if plan.roles[role].settings.mtp.enabled:
         # SGLang's GLM-5.1 recipe runs EAGLE MTP on the v2 speculative worker.
         env[SPEC_V2_ENV] = "1"

@@ -249,6 +249,14 @@ def _write_marker(dest: Path, manifest: Manifest) -> None:
     os.replace(tmp, dest / MARKER)
 
 
+def open_to_all(path: Path) -> None:
+    """kubelet creates a hostPath volume's directory as root, mode 0755. The serving container runs as the
+    image's user and writes its compile cache there; the stager is root without CAP_CHOWN (it cannot give
+    the directory away) but owns it, so it can open it like /tmp: writable by all, sticky."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o1777)
+
+
 def _transfer_config(part_concurrency: int, part_mib: int) -> Any:
     from boto3.s3.transfer import TransferConfig
 
@@ -282,8 +290,13 @@ def main(argv: Sequence[str] | None = None, *, s3_factory: Callable[[str | None,
     parser.add_argument("--part-concurrency", type=int, default=8, help="ranged GETs per file")
     parser.add_argument("--part-mib", type=int, default=64)
     parser.add_argument("--reverify", action="store_true", help="hash every staged file even when the marker matches")
+    parser.add_argument(
+        "--shared-dir", type=Path, action="append", default=[], help="a node-local directory the serving user must write (mode 1777)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout, force=True)
+    for shared in args.shared_dir:
+        open_to_all(shared)
     s3 = s3_factory(args.region, args.workers * args.part_concurrency + 8)
     try:
         stage(

@@ -68,7 +68,9 @@ def test_list_base_images_not_pinned_by_digest(doc: Doc, versions: ModuleType, r
 
 def test_the_listing_sees_digests(doc: Doc, versions: ModuleType) -> None:
     """Once pin_digests.py has set a digest, the reference drops off the list."""
-    doc["components"]["cuda_base"]["digest"] = "sha256:" + "0" * 64
+    for component in doc["components"].values():
+        if component["kind"] == "base-image":
+            component["digest"] = "sha256:" + "0" * 64
     assert unpinned(base_image_references(doc, versions), versions) == []
 
 
@@ -140,6 +142,10 @@ def test_a_digest_a_build_records_pins_the_next_build(doc: Doc, versions: Module
     path = tmp_path / "versions.yaml"
     path.write_text(versions.VERSIONS_FILE.read_text())
     assert pin_digests.main(["--versions", str(path), "--set", f"cuda_base={digest}"]) == 0
+    # The router image's own base (python_slim_base) is pinned the same way.
+    others = [name for name, c in doc["components"].items() if c["kind"] == "base-image" and name != "cuda_base"]
+    for name in others:
+        assert pin_digests.main(["--versions", str(path), "--set", f"{name}={digest}"]) == 0
     pinned = versions.load(path)
     assert pinned["components"]["cuda_base"]["digest"] == digest
     assert unpinned(base_image_references(pinned, versions), versions) == []

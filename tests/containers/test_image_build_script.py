@@ -29,7 +29,9 @@ esac
 """
 
 
-def run_build(tmp_path: Path, *args: str, smoke_exit: int = 0) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def run_build(
+    tmp_path: Path, *args: str, smoke_exit: int = 0, image: str = "sglang-efa"
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     docker = bin_dir / "docker"
@@ -45,7 +47,7 @@ def run_build(tmp_path: Path, *args: str, smoke_exit: int = 0) -> tuple[subproce
         "SMOKE_EXIT": str(smoke_exit),
     }
     result = subprocess.run(
-        ["bash", str(CONTAINERS_DIR / "build.sh"), "sglang-efa", REF, *args],
+        ["bash", str(CONTAINERS_DIR / "build.sh"), image, REF, *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -87,3 +89,16 @@ def test_without_push_it_only_builds_and_tests(tmp_path: Path) -> None:
     result, calls = run_build(tmp_path)
     assert result.returncode == 0, result.stderr
     assert calls[-1].startswith("run --rm")
+
+
+def test_each_serving_image_is_built_as_its_own_target(tmp_path: Path, doc: dict) -> None:
+    """sglang-efa and sglang-deepep share one Dockerfile; `docker build --target STAGE` stops at that stage
+    (https://docs.docker.com/build/building/multi-stage/#stop-at-a-specific-build-stage), so each build names its own."""
+    for image in ("sglang-efa", "sglang-deepep"):
+        workdir = tmp_path / image
+        workdir.mkdir()
+        result, calls = run_build(workdir, image=image)
+        assert result.returncode == 0, result.stderr
+        (build,) = [call for call in calls if call.startswith("buildx build")]
+        assert f"--target={doc['images'][image]['target']}" in build.split()
+        assert build.split()[-3:] == ["-f", "containers/sglang-efa/Dockerfile", "."]

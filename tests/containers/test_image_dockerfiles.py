@@ -20,7 +20,7 @@ import yaml
 from container_paths import CONTAINERS_DIR, HADOLINT_CONFIG, KIT_DIR, REPO_ROOT, dockerfiles, tool
 
 Doc = dict[str, Any]
-IMAGES = ["sglang-efa", "validation"]
+IMAGES = ["sglang-efa", "sglang-deepep", "validation"]
 
 
 def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
@@ -106,7 +106,7 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
     "arg default equal to versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION=0.5.23\n", "has a default"),
     "arg default differing": ("ARG TORCH_VERSION\n", "ARG TORCH_VERSION=2.9.0\n", "has a default"),
     "arg not in versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION\nARG FLASHINFER_VERSION\n", "not produced by build_args.py"),
-    "arg never declared": ("ARG ROUTER_VERSION\n", "", "never declares ARG ROUTER_VERSION"),
+    "arg never declared": ("ARG MOONCAKE_WHEEL_SHA256\n", "", "never declares ARG MOONCAKE_WHEEL_SHA256"),
     "pinned literal in RUN": ('"torch==${TORCH_VERSION}"', '"torch==2.14.1"', "version literal"),
     "unpinned-style literal": ('"ninja==${NINJA_VERSION}"', '"ninja==1.11.1"', "version literal"),
     "commit literal": (
@@ -133,8 +133,8 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
         "COPY pdkit/plan.py: not in the build context",
     ),
     "allow-list admits what no COPY uses": (
-        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_manifest.py pdkit/serving/weights_import.py /opt/pdkit/pdkit/serving/\n",
-        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_import.py /opt/pdkit/pdkit/serving/\n",
+        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_manifest.py pdkit/serving/weights_import.py pdkit/serving/compile_cache.py /opt/pdkit/pdkit/serving/\n",
+        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_import.py pdkit/serving/compile_cache.py /opt/pdkit/pdkit/serving/\n",
         "admits pdkit/serving/weights_manifest.py, which no COPY uses",
     ),
 }
@@ -204,7 +204,7 @@ def test_runtime_sets_efa_environment(image: str, doc: Doc, versions: ModuleType
     """The defaults without which NCCL and Mooncake silently fall back to TCP."""
     env = runtime_env(doc, versions, image)
     wanted = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi"}
-    if image == "sglang-efa":
+    if image.startswith("sglang-"):
         wanted["MOONCAKE_PROTOCOL"] = "efa"
     assert {key: env.get(key) for key in wanted} == wanted
     assert env["LD_LIBRARY_PATH"].startswith("/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib:")
@@ -213,8 +213,25 @@ def test_runtime_sets_efa_environment(image: str, doc: Doc, versions: ModuleType
 def test_serving_image_replaces_deep_ep_and_hash_checks_mooncake(doc: Doc, versions: ModuleType) -> None:
     stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, "sglang-efa").read_text()))
     runtime = "\n".join(stages["runtime"])
-    assert "pip uninstall --yes sgl-deep-ep" in runtime
     assert "--require-hashes" in runtime
+    assert "deep_ep" not in runtime.replace("sgl-deep-ep", ""), "the shared stage installs no deep_ep: each target brings its own"
+    uccl = "\n".join(stages[doc["images"]["sglang-efa"]["target"]])
+    assert "pip uninstall --yes sgl-deep-ep" in uccl
+    assert "from=uccl-build" in uccl
+
+
+def test_deepep_image_installs_sgl_deep_ep_hash_checked_without_uccl(doc: Doc, versions: ModuleType) -> None:
+    """The sglang-deepep target installs SGLang's pinned sgl-deep-ep (sglang 0.5.23 requires sgl-deep-ep==0.1.2.post1,
+    pypi.org/project/sglang/0.5.23) by versions.yaml's sha256, and never touches the UCCL-EP build stage."""
+    target = doc["images"]["sglang-deepep"]["target"]
+    assert target != doc["images"]["sglang-efa"]["target"]
+    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, "sglang-deepep").read_text()))
+    deepep = "\n".join(stages[target])
+    assert "--require-hashes" in deepep
+    assert "${SGL_DEEP_EP_SHA256}" in deepep
+    assert "uccl" not in deepep.lower()
+    assert "record --profile serving-deepep" in deepep
+    assert doc["components"]["sgl_deep_ep"]["package"] == "sgl-deep-ep"
 
 
 def test_efa_installer_is_signature_checked_with_container_flags() -> None:
@@ -226,13 +243,15 @@ def test_efa_installer_is_signature_checked_with_container_flags() -> None:
     assert not re.search(r"\|\s*(ba)?sh\b", script), "no curl | sh"
 
 
-@pytest.mark.parametrize(("image", "profile"), [("sglang-efa", "serving"), ("validation", "validation")])
+@pytest.mark.parametrize(
+    ("image", "profile"), [("sglang-efa", "serving"), ("sglang-deepep", "serving-deepep"), ("validation", "validation")]
+)
 def test_runtime_stage_declares_what_the_selftest_records(
     image: str, profile: str, doc: Doc, versions: ModuleType, selftest: ModuleType
 ) -> None:
-    """`selftest.py record` reads build args in the runtime stage; an undeclared one would be empty there."""
+    """`selftest.py record` reads build args in the image's last stage; an undeclared one would be empty there."""
     stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, image).read_text()))
-    declared = set(versions.dockerfile_args("\n".join(stages["runtime"])))
+    declared = set(versions.dockerfile_args("\n".join(stages[doc["images"][image].get("target") or "runtime"])))
     needed = {arg for arg, key in selftest.EXPECTED_FROM_BUILD_ARGS.items() if key in selftest.REQUIRED_KEYS[profile]}
     assert needed <= declared, sorted(needed - declared)
 

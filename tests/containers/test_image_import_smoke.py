@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -160,3 +161,55 @@ def test_every_image_carries_the_smoke_test(image: str, doc: dict[str, Any], ver
     assert copies, f"{image}: no COPY of import_smoke.py"
     assert copies[0].split()[-1] == "/opt/kit/", copies
     assert "/opt/kit/import_smoke.py" in (KIT_DIR.parent / "build.sh").read_text()
+
+
+# --- the sglang-deepep image (upstream DeepEP) ---------------------------------------------------------
+
+UPSTREAM_INIT = "from ._C import Config\nfrom .buffers.legacy import Buffer\n__version__ = '2.1.0'\n"
+
+
+def upstream_site(tmp_path: Path, *, deep_ep_init: str = UPSTREAM_INIT, with_uccl: bool = False) -> Path:
+    """A stand-in venv laid out as the sgl-deep-ep 0.1.2.post1 wheel installs: deep_ep/ plus a dist-info whose RECORD lists it."""
+    files = {k: v for k, v in GOOD.items() if not k.startswith("uccl/") or with_uccl} | {
+        "deep_ep/__init__.py": deep_ep_init,
+        "deep_ep/_C.py": "class Config: ...\n",
+        "deep_ep/buffers/__init__.py": "",
+        "deep_ep/buffers/legacy.py": "class Buffer: ...\n",
+    }
+    root = tmp_path / "site"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    info = root / "sgl_deep_ep-0.1.2.post1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sgl-deep-ep\nVersion: 0.1.2.post1\n")
+    record = [f"deep_ep/{name},," for name in ("__init__.py", "_C.py", "buffers/__init__.py", "buffers/legacy.py")]
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+    return root
+
+
+def test_deepep_image_with_upstream_deep_ep_passes(smoke: ModuleType, tmp_path: Path, capsys: Any) -> None:
+    """The sglang-deepep image: deep_ep is the file sgl-deep-ep's RECORD installed (the wheel's layout:
+    deep_ep/__init__.py importing ._C and .buffers.legacy, pypi.org/project/sgl-deep-ep/0.1.2.post1), uccl absent."""
+    assert smoke.main(["--profile", "serving-deepep"], runner=run_in(upstream_site(tmp_path)), has_driver=lambda: True) == 0
+    assert "all 6 imports ok" in capsys.readouterr().out
+
+
+def test_deepep_image_with_uccl_wrapper_as_deep_ep_fails(smoke: ModuleType, tmp_path: Path, capsys: Any) -> None:
+    """UCCL-EP's deep_ep_wrapper (ep/deep_ep_wrapper of uccl-project/uccl, installed as deep_ep) must not pass as upstream DeepEP,
+    even where it sits in the files sgl-deep-ep's RECORD names."""
+    root = upstream_site(tmp_path, deep_ep_init=GOOD["deep_ep/__init__.py"], with_uccl=True)
+    assert smoke.main(["--profile", "serving-deepep"], runner=run_in(root), has_driver=lambda: True) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert any("UCCL-EP absent" in line for line in failed)
+    assert any("upstream DeepEP" in line and "deep_ep_wrapper" in line for line in failed)
+
+
+def test_deepep_image_with_a_stray_deep_ep_fails(smoke: ModuleType, tmp_path: Path, capsys: Any) -> None:
+    """A deep_ep module that no sgl-deep-ep distribution installed (e.g. the serving image's, or a copy on PYTHONPATH) fails."""
+    root = site(tmp_path, {"deep_ep/__init__.py": "class Buffer: ...\nclass Config: ...\n"})
+    shutil.rmtree(root / "uccl")
+    assert smoke.main(["--profile", "serving-deepep"], runner=run_in(root), has_driver=lambda: True) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert [line.split("  ")[1].strip() for line in failed] == ["deep_ep is upstream DeepEP (sgl-deep-ep)"], failed

@@ -502,6 +502,7 @@ def test_every_check_has_a_failing_case(selftest: ModuleType) -> None:
     """No check in any profile is left without a broken build that proves it fires."""
     names = {check.__name__ for checks in selftest.CHECKS.values() for check in checks}
     names -= {"check_ofi_nccl_version", "check_efa_env_without_mooncake"}  # informational / a variant of check_efa_env
+    names -= {"check_deep_ep_is_upstream"}  # the sglang-deepep image's check: its own good and broken images below
     assert names <= set(ALL_CHECKS), sorted(names - set(ALL_CHECKS))
 
 
@@ -663,3 +664,56 @@ def test_fake_copies_are_independent(selftest: ModuleType, expected: dict[str, s
     second = copy.deepcopy(first)
     plugin_unselected(second, expected)
     assert "NCCL_NET_PLUGIN" in first.env
+
+
+# --------------------------------------------------------------------------------------------------
+# The sglang-deepep image: upstream DeepEP (sgl-deep-ep) as deep_ep, no UCCL
+# --------------------------------------------------------------------------------------------------
+
+DEEP_EP_C = SITE / "deep_ep" / "_C.cpython-312-x86_64-linux-gnu.so"
+UPSTREAM_INIT = "from .buffers.legacy import Buffer\nfrom deep_ep._C import Config, topk_idx_t\n__version__ = '2.1.0'\n"
+
+
+def upstream_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
+    """The sglang-deepep image as built: sgl-deep-ep 0.1.2.post1's wheel layout (deep_ep/__init__.py, deep_ep/_C*.so:
+    pypi.org/project/sgl-deep-ep/0.1.2.post1, cp312 manylinux wheel), UCCL-EP absent."""
+    system = good_image(selftest, expected)
+    del system.dists["deep-ep"], system.dists["uccl"]
+    system.dists["sgl-deep-ep"] = (expected["sgl_deep_ep"], [DEEP_EP_INIT, DEEP_EP_C])
+    system.owners["deep_ep"] = ["sgl-deep-ep"]
+    system.texts[DEEP_EP_INIT] = UPSTREAM_INIT
+    return system
+
+
+def test_deepep_profile_passes_on_the_upstream_image(selftest: ModuleType, expected: dict[str, str]) -> None:
+    """Every check of the serving-deepep profile passes on the image the serving-deepep target builds."""
+    results = selftest.run_checks(upstream_image(selftest, expected), expected, "serving-deepep")
+    assert [r for r in results if r.failed] == []
+    assert any(r.name == "deep_ep is upstream DeepEP (sgl-deep-ep)" for r in results)
+
+
+def test_deepep_profile_fails_on_the_uccl_image(selftest: ModuleType, expected: dict[str, str]) -> None:
+    """The sglang-efa image (UCCL-EP's deep_ep wrapper, uccl installed) must not pass as upstream DeepEP."""
+    result = selftest.check_deep_ep_is_upstream(good_image(selftest, expected), expected)
+    assert result.status == selftest.FAIL
+    assert "uccl" in result.detail
+    assert "sgl-deep-ep is not installed" in result.detail
+
+
+def test_deepep_profile_fails_on_another_sgl_deep_ep(selftest: ModuleType, expected: dict[str, str]) -> None:
+    """A sgl-deep-ep other than SGLang 0.5.23's pin (sgl-deep-ep==0.1.2.post1) fails, as does one without DeepEP's kernels."""
+    system = upstream_image(selftest, expected)
+    system.dists["sgl-deep-ep"] = ("0.1.1", [DEEP_EP_INIT])
+    result = selftest.check_deep_ep_is_upstream(system, expected)
+    assert result.status == selftest.FAIL
+    assert "0.1.1" in result.detail
+    assert "_C" in result.detail
+
+
+def test_record_needs_the_sgl_deep_ep_pin_for_the_deepep_profile(selftest: ModuleType, versions: ModuleType, tmp_path: Path) -> None:
+    """The serving-deepep stage records the sgl-deep-ep version it installed; without that build arg the record fails."""
+    env = versions.build_args(versions.load(), "sglang-deepep")
+    recorded = selftest.record_expected(env, "serving-deepep", tmp_path / "expected.json")
+    assert recorded["sgl_deep_ep"] == versions.load()["components"]["sgl_deep_ep"]["version"]
+    with pytest.raises(SystemExit, match="SGL_DEEP_EP_VERSION"):
+        selftest.record_expected({k: v for k, v in env.items() if k != "SGL_DEEP_EP_VERSION"}, "serving-deepep", tmp_path / "x.json")

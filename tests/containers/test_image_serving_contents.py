@@ -91,11 +91,14 @@ def test_router_deployment_runs_a_module_of_the_pinned_router(doc: Doc, plan: Pl
         router["version"],
         router["module"],
     ) == (router_args.ROUTER_PACKAGE, router_args.ROUTER_VERSION, router_args.ROUTER_MODULE)
-    assert container["image"] == inputs.from_plan(plan).image, "the router runs from the serving image, which installs the router"
+    # Issue 14 item 9: the router runs from its own slim image (a Python base and smg), not the serving image.
+    assert container["image"] == plan.images["router"].uri(inputs.default_registry(plan)) != inputs.from_plan(plan).image
+    assert doc["images"]["router"]["components"] == ["python_slim_base", "router"]
 
 
 @pytest.mark.skipif(
-    not list(CONFORMANCE_VENV.glob("lib/python*/site-packages/smg-*.dist-info")), reason="no conformance venv (make conformance-venv)"
+    not list(CONFORMANCE_VENV.glob("lib/python*/site-packages/smg-*.dist-info")),
+    reason="no .venv-sglang: `make unit` (and `make conformance`) builds it",
 )
 def test_router_module_is_in_the_pinned_wheel(doc: Doc) -> None:
     """Where the conformance venv exists, the real smg wheel's RECORD ships the module the Deployment runs."""
@@ -185,8 +188,10 @@ def test_serving_image_copies_exactly_what_the_staging_init_container_imports(
         "the staging modules now import more of pdkit: copy it into the serving image (Dockerfile, Dockerfile.dockerignore, "
         "the images stack's source asset) or keep staging self-contained"
     )
-    # The weights import Job (pdkit weights import) runs from the same image: its module is copied too.
-    assert serving_pdkit_sources(doc, versions) == needed | needed_pdkit_files("pdkit.serving.weights_import")
+    # The weights import Job (pdkit weights import) and the compile-cache init container / preStop hook
+    # (pdkit/serving/compile_cache_objects.py) run from the same image: their modules are copied too.
+    also = needed_pdkit_files("pdkit.serving.weights_import") | needed_pdkit_files("pdkit.serving.compile_cache")
+    assert serving_pdkit_sources(doc, versions) == needed | also
 
 
 def test_staging_third_party_imports_are_pinned_in_the_serving_image(doc: Doc, versions: ModuleType) -> None:

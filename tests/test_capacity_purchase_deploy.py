@@ -1,0 +1,143 @@
+"""`make deploy` with capacity.purchase: `pdkit deploy-check` shows the fee, the dates and the instance-hours, and
+needs the fee typed (or --yes) before `cdk deploy` runs; only when this deploy creates the purchase resource.
+
+AWS calls go through botocore's Stubber (cloudformation GetTemplate, ec2 DescribeCapacityBlockOfferings, checked
+against their service models). The purchase itself cannot be cancelled
+(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html), so the fee is confirmed
+by a person before CloudFormation is asked to create the resource that buys it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pdkit import console, profile_files
+from pdkit.cli import main
+from pdkit.profile import PLACEHOLDER_RESERVATION
+from tests.conftest import Kit, synth
+from tests.fixtures.cmd_support import profile
+
+pytest_plugins = ["tests.fixtures.cmd_fixtures"]
+
+STACK = "glm51-2p2d-capacity"
+OFFERING = "cb-0123456789abcdef0"
+FEE = "98765.43"
+START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
+PURCHASE = {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE}
+
+
+@pytest.fixture(scope="module")
+def bought() -> Kit:
+    raw = copy.deepcopy(yaml.safe_load(profile_files.resolve(None).read_text()))
+    raw["capacity"]["reservation_id"] = PLACEHOLDER_RESERVATION
+    raw["capacity"]["purchase"] = PURCHASE
+    return synth(raw)
+
+
+def not_deployed(aws: Any) -> None:
+    """CloudFormation answers GetTemplate for an unknown stack with ValidationError 'Stack with id ... does not exist'."""
+    for _ in range(2):  # the roll check, then the purchase check
+        aws("cloudformation").add_client_error(
+            "get_template",
+            service_error_code="ValidationError",
+            service_message=f"Stack with id {STACK} does not exist",
+            http_status_code=400,
+        )
+
+
+def offering(aws: Any, fee: str = FEE) -> None:
+    aws("ec2").add_response(
+        "describe_capacity_block_offerings",
+        {
+            "CapacityBlockOfferings": [
+                {
+                    "CapacityBlockOfferingId": OFFERING,
+                    "InstanceType": "p5en.48xlarge",
+                    "AvailabilityZone": "eu-south-2a",
+                    "InstanceCount": 4,
+                    "StartDate": START,
+                    "EndDate": START + timedelta(hours=48),
+                    "CapacityBlockDurationHours": 48,
+                    "UpfrontFee": fee,
+                    "CurrencyCode": "USD",
+                }
+            ]
+        },
+        {"InstanceType": "p5en.48xlarge", "InstanceCount": 4, "CapacityDurationHours": 48},
+    )
+
+
+def run(aws: Any, kit: Kit, tmp_path: Path, *extra: str) -> int:
+    aws("eks")
+    aws("ssm")
+    path = profile(tmp_path, capacity__reservation_id=PLACEHOLDER_RESERVATION, capacity__purchase=PURCHASE)
+    return main(["deploy-check", "--cdk-out", str(Path(kit.assembly.directory)), "--profile", path, *extra])
+
+
+def test_first_deploy_shows_the_money_and_needs_the_fee_typed(aws, bought, tmp_path, capsys, monkeypatch):
+    """Fee, dates and instance-hours (4 x 48 h = 192) are printed, then the operator types the fee."""
+    not_deployed(aws)
+    offering(aws)
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    typed: list[str] = []
+    monkeypatch.setattr(console, "ask", lambda prompt: typed.append(prompt) or "98,765.43")
+    assert run(aws, bought, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert f"will buy Capacity Block offering {OFFERING}" in out
+    assert "2026-12-03 11:30 UTC -> 2026-12-05 11:30 UTC (48 h, 192 instance-hours)" in out
+    assert "USD 98,765.43" in out
+    assert len(typed) == 1
+
+
+def test_a_wrong_fee_typed_stops_the_deploy(aws, bought, tmp_path, capsys, monkeypatch):
+    not_deployed(aws)
+    offering(aws)
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr(console, "ask", lambda prompt: "98765")
+    assert run(aws, bought, tmp_path) == 2
+    assert "cancelled: what you typed is not the fee; nothing was bought" in capsys.readouterr().err
+
+
+def test_without_a_terminal_it_needs_yes(aws, bought, tmp_path, capsys):
+    """CI has no terminal: refuse unless --yes (YES=1 in make deploy), as `pdkit capacity buy` does."""
+    not_deployed(aws)
+    offering(aws)
+    assert run(aws, bought, tmp_path) == 2
+    assert "add --yes once you have checked the fee" in capsys.readouterr().err
+
+
+def test_yes_skips_the_prompt_but_not_the_fee_check(aws, bought, tmp_path, capsys):
+    not_deployed(aws)
+    offering(aws, fee="99000.00")
+    assert run(aws, bought, tmp_path, "--yes") == 2
+    err = capsys.readouterr().err
+    assert "upfront fee is now USD 99,000.00, the profile confirmed USD 98,765.43" in err
+    assert err.count("\n") == 1
+
+
+def test_a_stack_that_already_bought_is_not_asked_again(aws, bought, tmp_path, capsys):
+    """Update never buys (pdkit/functions/capacity_purchase.py), so a deployed purchase resource needs no fee."""
+    template = bought.template_json("capacity")
+    for _ in range(2):
+        aws("cloudformation").add_response(
+            "get_template", {"TemplateBody": json.dumps(template)}, {"StackName": STACK, "TemplateStage": "Original"}
+        )
+    assert run(aws, bought, tmp_path) == 0
+    assert "this deploy buys nothing" in capsys.readouterr().out
+
+
+def test_make_deploy_passes_yes_through():
+    """YES=1 reaches deploy-check, the step that runs before `cdk deploy`."""
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    recipe = re.search(r"^deploy:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert recipe
+    check = next(line for line in recipe[1].splitlines() if "pdkit deploy-check" in line)
+    assert "$(if $(YES),--yes)" in check

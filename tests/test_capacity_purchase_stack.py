@@ -1,0 +1,193 @@
+"""capacity.purchase in the profile: the capacity stack buys the block, and every consumer of the reservation id
+reads it from that purchase resource (its ReservationId attribute), never from the profile's placeholder.
+
+Without capacity.purchase the templates do not change: tests/test_snapshots.py pins them for the shipped profiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pdkit import plan as plan_mod
+from pdkit import profile_files
+from pdkit.errors import ProfileError
+from pdkit.profile import PLACEHOLDER_RESERVATION
+from tests.conftest import Kit, policy_findings, synth
+from tests.test_control_tower import Finding, _allowed, _paths, allowlist, guard, run_guard
+
+__all__ = ["guard"]  # the session fixture with the cfn-guard binary and Control Tower rules
+
+OFFERING = "cb-0123456789abcdef0"
+FEE = "98765.43"
+
+
+def purchase_raw(raw_with: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    return raw_with(
+        "capacity.reservation_id",
+        PLACEHOLDER_RESERVATION,
+        "capacity.purchase",
+        {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE},
+    )
+
+
+@pytest.fixture(scope="module")
+def bought() -> Kit:
+    raw = copy.deepcopy(yaml.safe_load(profile_files.resolve(None).read_text()))
+    raw["capacity"]["reservation_id"] = PLACEHOLDER_RESERVATION
+    raw["capacity"]["purchase"] = {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE}
+    return synth(raw)
+
+
+def _of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def _purchase_id(template: dict[str, Any]) -> str:
+    (logical_id,) = _of_type(template, "Custom::CapacityBlockPurchase")
+    return logical_id
+
+
+def test_the_capacity_stack_contains_the_purchase_resource(bought):
+    """The offering, the confirmed fee and the query that finds the offering again (DescribeCapacityBlockOfferings
+    has no offering-id filter: InstanceType, InstanceCount, CapacityDurationHours are required) travel in its properties."""
+    template = bought.template_json("capacity")
+    props = _of_type(template, "Custom::CapacityBlockPurchase")[_purchase_id(template)]["Properties"]
+    assert props["OfferingId"] == OFFERING
+    assert props["UpfrontFeeUsd"] == FEE
+    assert (props["InstanceType"], props["InstanceCount"], props["AvailabilityZone"], props["DurationHours"]) == (
+        bought.plan.instance.name,
+        str(bought.plan.instance_count),
+        bought.plan.block_az,
+        str(bought.plan.profile.capacity.duration_hours),
+    )
+
+
+def test_every_consumer_reads_the_id_from_the_purchase_resource(bought):
+    """Launch template, guard, lifecycle function and its event rule, and the block clock all name the bought block;
+    the placeholder id appears nowhere, so no resource can target a block that does not exist."""
+    capacity = bought.template_json("capacity")
+    att = {"Fn::GetAtt": [_purchase_id(capacity), "ReservationId"]}
+    for template in _of_type(capacity, "AWS::EC2::LaunchTemplate").values():
+        target = template["Properties"]["LaunchTemplateData"]["CapacityReservationSpecification"]["CapacityReservationTarget"]
+        assert target["CapacityReservationId"] == att
+    (guard,) = _of_type(capacity, "Custom::CapacityBlockGuard").values()
+    assert guard["Properties"]["ReservationId"] == att
+    lifecycle = [f for k, f in _of_type(capacity, "AWS::Lambda::Function").items() if k.startswith("BlockLifecycle")]
+    assert lifecycle[0]["Properties"]["Environment"]["Variables"]["RESERVATION_ID"] == att
+    (rule,) = [r for k, r in _of_type(capacity, "AWS::Events::Rule").items() if k.startswith("BlockLifecycleBlockEvents")]
+    assert att in rule["Properties"]["EventPattern"]["detail"]["capacity-reservation-id"]
+    observability = bought.template_json("observability")
+    clock = next(f for k, f in _of_type(observability, "AWS::Lambda::Function").items() if k.startswith("BlockClock"))
+    output = clock["Properties"]["Environment"]["Variables"]["RESERVATION_ID"]["Fn::GetStackOutput"]["OutputName"]
+    assert capacity["Outputs"][output]["Value"] == att
+    for name in ("capacity", "observability"):
+        assert PLACEHOLDER_RESERVATION not in json.dumps(bought.template_json(name)), name
+
+
+def test_lambda_never_retries_the_purchase_invocation(bought):
+    """Lambda retries a failed asynchronous invocation twice unless MaximumRetryAttempts is 0
+    (AWS::Lambda::EventInvokeConfig; Lambda developer guide, asynchronous invocation error handling)."""
+    capacity = bought.template_json("capacity")
+    configs = [c["Properties"] for c in _of_type(capacity, "AWS::Lambda::EventInvokeConfig").values()]
+    purchase_fn = next(k for k in _of_type(capacity, "AWS::Lambda::Function") if k.startswith("PurchaseFunction"))
+    assert {"FunctionName": {"Ref": purchase_fn}, "MaximumRetryAttempts": 0, "Qualifier": "$LATEST"} in configs
+
+
+def _purchase_statements(template: dict[str, Any]) -> list[dict[str, Any]]:
+    policies = [p["Properties"] for k, p in _of_type(template, "AWS::IAM::ManagedPolicy").items() if k.startswith("PurchaseFunction")]
+    return [s for p in policies for s in p["PolicyDocument"]["Statement"]]
+
+
+def test_the_function_may_buy_only_tagged_blocks_and_read(bought):
+    """Only the four EC2 actions of a purchase (plus its own stack's status and the kit function basics); the
+    purchase needs the kit's tag (aws:RequestTag), and CreateTags only as part of PurchaseCapacityBlock
+    (ec2:CreateAction), per the Service Authorization Reference for Amazon EC2."""
+    statements = _purchase_statements(bought.template_json("capacity"))
+    ec2_actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]) if a.startswith("ec2:")}
+    basics = {"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DeleteNetworkInterface"}
+    basics |= {"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+    assert ec2_actions - basics == {
+        "ec2:DescribeCapacityBlockOfferings",
+        "ec2:PurchaseCapacityBlock",
+        "ec2:DescribeCapacityReservations",
+        "ec2:CreateTags",
+    }
+    buy = next(s for s in statements if s["Action"] == "ec2:PurchaseCapacityBlock")
+    assert buy["Condition"] == {"Null": {"aws:RequestTag/pdkit:purchase-id": "false"}}
+    assert "capacity-reservation/*" in json.dumps(buy["Resource"])
+    tags = next(s for s in statements if s["Action"] == "ec2:CreateTags")
+    assert tags["Condition"] == {"StringEquals": {"ec2:CreateAction": "PurchaseCapacityBlock"}}
+
+
+def test_policy_packs_have_no_unacknowledged_findings(bought):
+    assert policy_findings(bought.app) == []
+
+
+def test_every_aws_call_of_the_purchase_function_is_allowed(bought):
+    """The role-actions check (tests/test_role_actions.py) over the kit with a purchase, where the function exists."""
+    from tests.test_role_actions import test_every_aws_call_is_allowed_to_the_role_that_makes_it as check
+
+    check(bought)
+
+
+def test_control_tower_rules_pass_with_a_purchase(bought, guard):
+    """AWS Control Tower's cfn-guard rules over the capacity stack with the purchase function; findings only as allow-listed."""
+    path = Path(bought.assembly.directory) / bought.stacks["capacity"].template_file
+    paths = _paths(bought.stacks["capacity"])
+    found = [Finding("purchase", "capacity", c, lid, paths.get(lid, lid)) for c, lid in run_guard(guard, {"capacity": path})["capacity"]]
+    assert [str(f) for f in found if not any(_allowed(e, f) for e in allowlist())] == []
+
+
+def test_purchase_and_a_real_reservation_id_are_refused(raw_with):
+    """Both set would buy a second block next to the one the profile names."""
+    raw = raw_with(
+        "capacity.reservation_id", "cr-0123456789abcdef0", "capacity.purchase", {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE}
+    )
+    with pytest.raises(ProfileError, match=r"capacity\.purchase = 'cb-0123456789abcdef0': set together with capacity\.reservation_id"):
+        plan_mod.build(profile_files.parse(raw))
+
+
+def test_the_plan_carries_the_purchase(raw_with):
+    the_plan = plan_mod.build(profile_files.parse(purchase_raw(raw_with)))
+    assert the_plan.purchase is not None
+    assert the_plan.purchase.instance_hours == the_plan.instance_count * the_plan.profile.capacity.duration_hours
+    assert str(the_plan.purchase.upfront_fee_usd) == FEE
+
+
+def test_the_function_bundle_imports_without_the_cli_or_the_plan(bought):
+    """The asset CDK bundles (stacks/function_code.py copies only the listed modules) must import on its own in the
+    Lambda Python runtime, which has boto3 but not pydantic: no pdkit.plan, console or aws_clients on the import path."""
+    capacity = bought.template_json("capacity")
+    (fn,) = [r for k, r in _of_type(capacity, "AWS::Lambda::Function").items() if k.startswith("PurchaseFunction")]
+    asset = Path(bought.assembly.directory) / f"asset.{fn['Properties']['Code']['S3Key'].removesuffix('.zip')}"
+    probe = (
+        "import sys; import pdkit.functions.capacity_purchase as m; "
+        "bad = sorted(n for n in sys.modules if n in ('pydantic', 'pdkit.plan', 'pdkit.console', 'pdkit.aws_clients', 'yaml')); "
+        "print(m.__file__); print(bad)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=asset, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    where, bad = done.stdout.splitlines()
+    assert where.startswith(str(asset))
+    assert bad == "[]"
+
+
+def test_templates_with_a_purchase_are_cfn_lint_clean(bought):
+    """cfn-lint (the CloudFormation resource specification) over the two stacks the purchase changes."""
+    from cfnlint.api import ManualArgs, lint
+
+    from tests.test_cfn_lint import _allowed as lint_allowed
+
+    for name in ("capacity", "observability"):
+        template = bought.template_json(name)
+        matches = lint(json.dumps(template), regions=[bought.plan.region], config=ManualArgs(regions=[bought.plan.region]))
+        assert [f"{m.rule.id} {m.message}" for m in matches if not lint_allowed(m, template)] == [], name

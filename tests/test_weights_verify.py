@@ -1,0 +1,115 @@
+"""`python -m pdkit.serving.weights_manifest verify` (runbooks/02-serve.md): the hash check, not only the size.
+
+The import writes each object's sha256 into its user metadata (`x-amz-meta-sha256`), which S3 returns on
+HeadObject as `Metadata` (S3 API reference, HeadObject: "Metadata: A map of metadata to store with the object
+in S3"; user metadata is set only by the PUT that writes the object, so a re-written object carries the
+writer's digest or none). A file replaced by one of the same size must fail on the digest alone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from test_serving_weights import BUCKET, FILES, PREFIX, REGION, imported, s3, sha, snapshot_dir  # noqa: F401 (fixtures)
+
+from pdkit.serving import weights_manifest
+
+SHARD = "model-00001-of-00002.safetensors"
+
+
+def _verify(s3, capsys) -> tuple[int, str]:  # noqa: F811 (s3: the fixture's value)
+    code = weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX, "--region", REGION], s3_factory=lambda r, n: s3)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("metadata", ["own digest", "no digest"])
+def test_verify_fails_on_a_tampered_file_of_the_right_size(s3, imported, capsys, metadata):  # noqa: F811
+    original = FILES[SHARD]
+    tampered = bytes(reversed(original))
+    assert len(tampered) == len(original)
+    assert tampered != original
+    extra = {"Metadata": {"sha256": sha(tampered)}} if metadata == "own digest" else {}
+    s3.put_object(Bucket=BUCKET, Key=PREFIX + SHARD, Body=tampered, **extra)
+
+    code, err = _verify(s3, capsys)
+
+    assert code == 1
+    shown = sha(tampered) if metadata == "own digest" else "(none)"
+    assert err.splitlines() == [f"pdkit weights: {SHARD}: sha256 metadata {shown} differs from the manifest"]
+
+
+def test_verify_passes_an_untouched_bucket_and_names_the_manifest(s3, imported, capsys):  # noqa: F811
+    code = weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX, "--region", REGION], s3_factory=lambda r, n: s3)
+    out = capsys.readouterr().out
+    total = sum(len(data) for data in FILES.values())
+    assert code == 0
+    assert out.splitlines()[-1] == f"pdkit weights: {len(FILES)} files, {total / 1e9:.1f} GB match manifest {imported.digest()[:12]}"
+
+
+def test_import_from_the_command_line_uploads_the_snapshot_and_its_manifest(s3, snapshot_dir, capsys, caplog):  # noqa: F811
+    """`python -m pdkit.serving.weights_manifest import DIR --model --revision --bucket --prefix` (runbooks/02-serve.md)."""
+    caplog.set_level(logging.INFO)
+    made = []
+
+    def factory(region, connections):
+        made.append((region, connections))
+        return s3
+
+    argv = ["import", str(snapshot_dir), "--model", "zai-org/GLM-5.1-FP8", "--revision", "abc123", "--bucket", BUCKET, "--prefix", PREFIX]
+    assert weights_manifest.main([*argv, "--region", REGION, "--workers", "3"], s3_factory=factory) == 0
+    assert made == [(REGION, 12)], "one client, with a connection pool of 4 per worker"
+    manifest = weights_manifest.load_manifest(s3, BUCKET, PREFIX)
+    assert (manifest.model, manifest.revision) == ("zai-org/GLM-5.1-FP8", "abc123")
+    assert {f.path for f in manifest.files} == set(FILES)
+    head = s3.head_object(Bucket=BUCKET, Key=PREFIX + weights_manifest.MANIFEST_NAME)
+    assert head["ContentType"] == "application/json"
+    assert weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX], s3_factory=factory) == 0
+    total = sum(len(data) for data in FILES.values())
+    assert f"import: {len(FILES)} files, {total / 1e9:.1f} GB from {snapshot_dir} to s3://{BUCKET}/{PREFIX}" in caplog.messages
+    assert f"import: {len(FILES)} files uploaded, 0 already there; manifest {manifest.digest()[:12]}" in " ".join(caplog.messages)
+    caplog.clear()
+    assert weights_manifest.main([*argv, "--region", REGION], s3_factory=factory) == 0
+    assert f"import: 0 files uploaded, {len(FILES)} already there; manifest {manifest.digest()[:12]}" in " ".join(caplog.messages)
+
+
+@pytest.mark.parametrize("missing", ["--model", "--revision", "--bucket", "--prefix"])
+def test_import_needs_every_location_and_identity_flag(tmp_path, missing, capsys):
+    flags = {"--model": "m", "--revision": "r", "--bucket": BUCKET, "--prefix": PREFIX}
+    argv = ["import", str(tmp_path)] + [x for k, v in flags.items() if k != missing for x in (k, v)]
+    with pytest.raises(SystemExit) as exit_info:
+        weights_manifest.main(argv, s3_factory=lambda r, n: pytest.fail("no client without the flags"))
+    assert exit_info.value.code == 2
+    assert f"the following arguments are required: {missing}" in capsys.readouterr().err
+
+
+def test_a_command_is_required(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        weights_manifest.main([], s3_factory=lambda r, n: pytest.fail("no client without a command"))
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("usage: python -m pdkit.serving.weights_manifest [-h] {import,verify} ...")
+
+
+def test_the_region_defaults_to_aws_region(monkeypatch, s3, imported):  # noqa: F811
+    """The Job's pod gets AWS_REGION from EKS Pod Identity / the environment (boto3 reads it too)."""
+    monkeypatch.setenv("AWS_REGION", "eu-south-2")
+    made = []
+    weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX], s3_factory=lambda r, n: made.append((r, n)) or s3)
+    assert made == [("eu-south-2", 64)], "16 workers by default, 4 connections each"
+
+
+def test_the_s3_client_pools_a_connection_per_download_and_retries_adaptively():
+    """botocore Config: max_pool_connections (default 10) would throttle 16 workers; retries mode adaptive with
+    10 attempts rides out S3 503 SlowDown (https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html)."""
+    client = weights_manifest._s3_client("eu-south-2", 64)
+    assert client.meta.service_model.service_name == "s3"
+    assert client.meta.region_name == "eu-south-2"
+    assert client.meta.config.max_pool_connections == 64
+    # botocore stores max_attempts (retries) as total_max_attempts = max_attempts + 1 (the first call counts).
+    assert client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 11}
+
+
+def test_a_problem_goes_to_stderr_and_the_summary_counts_gigabytes(s3, imported, capsys):  # noqa: F811
+    s3.delete_object(Bucket=BUCKET, Key=PREFIX + "config.json")
+    code, err = _verify(s3, capsys)
+    assert (code, err) == (1, "pdkit weights: config.json: missing\n")
