@@ -181,15 +181,25 @@ def check_router(case: dict[str, Any]) -> list[str]:
     expect = case["expect"]
     got = {
         "pd_disaggregation": router_args.pd_disaggregation,
-        "policy": router_args.policy,
-        "prefill_urls": [list(p) for p in router_args.prefill_urls],
-        "decode_urls": list(router_args.decode_urls),
+        # smg's rule: a per-role policy, else the main --policy (RouterArgs._validate_router_args).
+        "prefill_policy": router_args.prefill_policy or router_args.policy,
+        "decode_policy": router_args.decode_policy or router_args.policy,
+        "dp_aware": router_args.dp_aware,
+        "cache_threshold": router_args.cache_threshold,
+        "balance_abs_threshold": router_args.balance_abs_threshold,
+        "balance_rel_threshold": router_args.balance_rel_threshold,
+        "service_discovery": router_args.service_discovery,
+        "service_discovery_namespace": router_args.service_discovery_namespace,
+        "service_discovery_port": router_args.service_discovery_port,
+        "prefill_selector": router_args.prefill_selector,
+        "decode_selector": router_args.decode_selector,
         "prometheus_port": router_args.prometheus_port,
     }
     wrong = {k: (got[k], v) for k, v in expect.items() if got[k] != v}
     if wrong:
         raise Failed("router parsed " + ", ".join(f"{k}={g!r} (plan: {w!r})" for k, (g, w) in wrong.items()))
-    return [f"{len(got['prefill_urls'])} prefill + {len(got['decode_urls'])} decode registered"]
+    policies = f"prefill {got['prefill_policy']}, decode {got['decode_policy']}{' dp-aware' if got['dp_aware'] else ''}"
+    return [f"workers discovered by label in {got['service_discovery_namespace']}; {policies}"]
 
 
 def write_help(out: Path) -> None:

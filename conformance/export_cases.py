@@ -27,8 +27,8 @@ from pdkit.plan import Plan
 from pdkit.serving import names
 from pdkit.serving.environment import fabric_env
 from pdkit.serving.inputs import from_plan
-from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PACKAGE, ROUTER_VERSION, router_argv, worker_url
-from pdkit.serving.sglang_args import BOOTSTRAP_PORT, SGLANG_VERSION, launch_argv, role_env
+from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PACKAGE, ROUTER_VERSION, router_argv
+from pdkit.serving.sglang_args import EXPERT_BALANCEDNESS_REPORT, SGLANG_PORT, SGLANG_VERSION, launch_argv, role_env
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "models"
@@ -104,6 +104,9 @@ def _expect(the_plan: Plan, role: str) -> dict[str, Any]:
         expect["attn_dp_size"] = r.attn_dp
     if r.deepep_mode:
         expect["deepep_mode"] = r.deepep_mode
+    if r.reports_expert_balancedness:
+        # The report mode starts SGLang's expert distribution recorder in its `stat` mode.
+        expect |= {"expert_balancedness_report_mode": EXPERT_BALANCEDNESS_REPORT, "expert_distribution_recorder_mode": "stat"}
     if mtp.enabled:
         expect |= {"speculative_num_steps": mtp.steps, "speculative_eagle_topk": mtp.topk, "speculative_num_draft_tokens": mtp.draft_tokens}
     if r.decode_graph_bs:
@@ -124,7 +127,8 @@ def plan_cases(label: str, the_plan: Plan) -> list[dict[str, Any]]:
     inputs = from_plan(the_plan)
     cases = []
     for role, r in the_plan.roles.items():
-        lws = names.lws_name(the_plan, role)
+        # A LeaderWorkerSet the DisaggregatedSet creates: <set>-<slice>-<revision hash>-<role> (any hash will do).
+        lws = f"{names.disaggregated_set(the_plan)}-0-58f79fdb78-{role}"
         cases.append(
             {
                 "id": f"{label}/{role}",
@@ -144,9 +148,19 @@ def plan_cases(label: str, the_plan: Plan) -> list[dict[str, Any]]:
             "argv": router_argv(the_plan),
             "expect": {
                 "pd_disaggregation": True,
-                "policy": the_plan.profile.serving.router.policy,
-                "prefill_urls": [[worker_url(the_plan, "prefill", i), BOOTSTRAP_PORT] for i in range(the_plan.prefill.replicas)],
-                "decode_urls": [worker_url(the_plan, "decode", i) for i in range(the_plan.decode.replicas)],
+                # What smg resolves per role (--prefill-policy / --decode-policy, else its --policy).
+                "prefill_policy": the_plan.router.prefill_policy,
+                "decode_policy": the_plan.router.decode_policy,
+                "dp_aware": the_plan.router.dp_aware,
+                "cache_threshold": the_plan.router.cache_threshold,
+                "balance_abs_threshold": the_plan.router.balance_abs_threshold,
+                "balance_rel_threshold": the_plan.router.balance_rel_threshold,
+                # Workers come from Kubernetes discovery: the leaders of each role, by label.
+                "service_discovery": True,
+                "service_discovery_namespace": names.namespace(the_plan),
+                "service_discovery_port": SGLANG_PORT,
+                "prefill_selector": names.leader_selector(the_plan, "prefill"),
+                "decode_selector": names.leader_selector(the_plan, "decode"),
                 "prometheus_port": ROUTER_METRICS_PORT,
             },
         }
@@ -204,7 +218,15 @@ def negative_cases(default: list[dict[str, Any]]) -> list[dict[str, Any]]:
         bad(
             router,
             "router-unknown-policy",
-            _replace(router["argv"], ["--policy", router["expect"]["policy"]], ["--policy", "least_loaded"]),
+            _replace(router["argv"], ["--decode-policy", router["expect"]["decode_policy"]], ["--decode-policy", "least_loaded"]),
+            "parse",
+            "invalid choice",
+        ),
+        # bucket is a prefill-only policy in smg 1.13.0 (--decode-policy choices lack it).
+        bad(
+            router,
+            "router-bucket-decode-policy",
+            _replace(router["argv"], ["--decode-policy", router["expect"]["decode_policy"]], ["--decode-policy", "bucket"]),
             "parse",
             "invalid choice",
         ),

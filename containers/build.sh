@@ -57,7 +57,7 @@ build_args="$(python3 containers/build_args.py "${image}" "${pins[@]}")"
 mapfile -t args <<<"${build_args}"
 paths="$(python3 containers/build_args.py "${image}" --paths)"
 read -r dockerfile context target <<<"${paths}"
-# Two images share containers/sglang-efa/Dockerfile; versions.yaml names the stage each one is.
+# Three images (sglang-efa, sglang-deepep, validation) share containers/sglang-efa/Dockerfile; versions.yaml names the stage each one is.
 targets=()
 if [[ -n "${target}" ]]; then
 	targets=("--target=${target}")

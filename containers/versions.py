@@ -1,7 +1,7 @@
 """containers/versions.yaml: load, validate, turn into build args, and lint Dockerfiles against it.
 
-Used by build_args.py, pin_digests.py and tests/containers. Needs PyYAML (in the kit's venv); the
-in-image self-test does not import this module.
+Used by build_args.py, pin_digests.py and tests/containers. Needs PyYAML and pydantic (in the kit's venv,
+and installed on the CodeBuild host by the images stack); the in-image self-test does not import this module.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 CONTAINERS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CONTAINERS_DIR.parent
@@ -175,14 +176,17 @@ def dockerignore_path(doc: Mapping[str, Any], image: str) -> Path:
 def image_tag(doc: Mapping[str, Any], image: str) -> str:
     """An immutable-registry-friendly tag that changes whenever anything that goes into the image changes.
 
-    Hashes the build args, the Dockerfile and every file of its build context, i.e. what the
-    `<Dockerfile>.dockerignore` allow-list admits (kit scripts, and for serving the pdkit staging modules).
+    Hashes the build args, the Dockerfile stages its target builds and every build-context file they copy
+    (admitted by the `<Dockerfile>.dockerignore` allow-list: kit scripts, and for serving the pdkit modules).
     """
     digest = hashlib.sha256()
     digest.update(json.dumps(build_args(doc, image), sort_keys=True).encode())
     # Two images from one Dockerfile differ only by the stage they build (sglang-efa / sglang-deepep).
     digest.update(f"target={build_target(doc, image)}".encode())
-    for path in [dockerfile_path(doc, image), *context_files(doc, image)]:
+    # The stages the target builds, not the whole file: a change to another target's stage rebuilds nothing here.
+    digest.update(dockerfile_path(doc, image).relative_to(REPO_ROOT).as_posix().encode())
+    digest.update(image_dockerfile(doc, image).encode())
+    for path in context_files(doc, image):
         digest.update(path.relative_to(REPO_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return f"{image}-{digest.hexdigest()[:12]}"
@@ -272,8 +276,42 @@ def _may_readmit(directory: str, rules: list[IgnoreRule]) -> bool:
     return False
 
 
-def context_files(doc: Mapping[str, Any], image: str) -> list[Path]:
-    """Every file the image's build context sends to BuildKit: the context minus its Dockerfile's ignore file."""
+STAGE_REF = re.compile(r"(?:--from=|[,=\s]from=)([A-Za-z0-9_.-]+)")
+
+
+def for_target(text: str, target: str | None) -> str:
+    """The Dockerfile as one target builds it: the global ARGs and the stages the target needs (its FROM chain,
+    COPY --from=, RUN --mount=...,from=), as BuildKit does; other stages' lines are blanked, so line numbers stay."""
+    if target is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if FROM_LINE.match(line.strip())]
+    stages: dict[str, tuple[int, int, set[str]]] = {}
+    for index, start in enumerate(starts):
+        end = starts[index + 1] if index + 1 < len(starts) else len(lines)
+        match = FROM_LINE.match(lines[start].strip())
+        assert match is not None
+        body = "".join(line for line in lines[start + 1 : end] if not line.lstrip().startswith("#"))
+        stages[(match.group("alias") or str(index)).lower()] = (start, end, {match.group("image").lower(), *STAGE_REF.findall(body)})
+    needed, todo = set(), [target.lower()]
+    while todo:
+        name = todo.pop()
+        if name in stages and name not in needed:
+            needed.add(name)
+            todo += sorted(stages[name][2])
+    keep = set(range(starts[0] if starts else len(lines)))
+    for name in needed:
+        keep |= set(range(stages[name][0], stages[name][1]))
+    return "".join(line if i in keep else "\n" for i, line in enumerate(lines))
+
+
+def image_dockerfile(doc: Mapping[str, Any], image: str) -> str:
+    """The image's Dockerfile text as its target builds it (for_target)."""
+    return for_target(dockerfile_path(doc, image).read_text(), doc["images"][image].get("target"))
+
+
+def _admitted(doc: Mapping[str, Any], image: str) -> list[Path]:
+    """Every file the build context sends to BuildKit: the context minus its Dockerfile's ignore file."""
     root = context_path(doc, image)
     ignore_file = dockerignore_path(doc, image)
     rules = parse_dockerignore(ignore_file.read_text()) if ignore_file.is_file() else []
@@ -284,6 +322,13 @@ def context_files(doc: Mapping[str, Any], image: str) -> list[Path]:
         subdirs[:] = sorted(d for d in subdirs if not ignored(prefix + d, rules) or _may_readmit(prefix + d, rules))
         files += [Path(directory) / name for name in sorted(names) if not ignored(prefix + name, rules)]
     return sorted(files)
+
+
+def context_files(doc: Mapping[str, Any], image: str) -> list[Path]:
+    """The build-context files that go into the image: admitted by the allow-list and read by its target's stages."""
+    root = context_path(doc, image)
+    sources = context_sources(image_dockerfile(doc, image))
+    return [path for path in _admitted(doc, image) if any(_covers(source, path.relative_to(root).as_posix()) for source in sources)]
 
 
 COPY_LINE = re.compile(r"^(?:COPY|ADD)\s+(?P<body>.+)$", re.IGNORECASE)
@@ -330,7 +375,7 @@ def lint_context(text: str, doc: Mapping[str, Any], image: str, *, where: str = 
     if not ignore_file.is_file():
         return [f"{where}: no {ignore_file.name} next to it: the build context would be all of {context_path(doc, image)}"]
     root = context_path(doc, image)
-    files = [path.relative_to(root).as_posix() for path in context_files(doc, image)]
+    files = [path.relative_to(root).as_posix() for path in _admitted(doc, image)]
     sources = context_sources(text)
     for source in sources:
         if not any(_covers(source, relative) for relative in files):
@@ -353,14 +398,10 @@ def _require(condition: bool, where: str, message: str) -> None:
         raise VersionsError(f"{where}: {message}")
 
 
-def _nonempty_str(value: Any) -> bool:
-    return isinstance(value, str) and value.strip() != ""
-
-
 def _scalars(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
     if isinstance(value, Mapping):
         for key, inner in value.items():
-            yield from _scalars(inner, f"{prefix}.{key}")
+            yield from _scalars(inner, f"{prefix}.{key}" if prefix else str(key))
     elif isinstance(value, list):
         for index, inner in enumerate(value):
             yield from _scalars(inner, f"{prefix}[{index}]")
@@ -368,138 +409,208 @@ def _scalars(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
-def _validate_component(name: str, component: Any) -> None:
-    where = f"components.{name}"
-    _require(COMPONENT_NAME.match(name) is not None, where, "component names are lower_snake_case")
-    _require(isinstance(component, Mapping), where, "must be a mapping")
-    kind = component.get("kind")
-    _require(kind in KINDS, f"{where}.kind", f"must be one of {', '.join(KINDS)} (got {kind!r})")
-    _require(_nonempty_str(component.get("source")), f"{where}.source", "say where the value was read")
-    _require(_nonempty_str(component.get("notes")), f"{where}.notes", "say why this version and what to watch")
-    for key, value in _scalars({k: v for k, v in component.items() if k not in DESCRIPTIVE_FIELDS}, where):
-        _require(isinstance(value, str), key, f"must be a quoted string (got {type(value).__name__} {value!r})")
-        if key.rsplit(".", 1)[-1] not in OPTIONAL_EMPTY_FIELDS:
-            _require(value != "", key, "must not be empty")
-        _require(not re.search(r"\s", value), key, "must not contain whitespace")
-        _require(not LATEST.search(value), key, "'latest' is not a pin")
+def _check(condition: bool, message: str) -> None:
+    """Inside a pydantic validator: a ValueError becomes an error at the validator's location."""
+    if not condition:
+        raise ValueError(message)
 
-    if kind == "base-image":
-        for key in ("image", "tag"):
-            _require(_nonempty_str(component.get(key)), f"{where}.{key}", "required for a base image")
-        _require("digest" in component, f"{where}.digest", 'required ("" until pin_digests.py sets it)')
-        digest = component["digest"]
-        _require(digest == "" or DIGEST.match(digest) is not None, f"{where}.digest", "must be empty or sha256:<64 hex>")
-        parse_image_ref(image_ref(component))
-    elif kind == "pypi":
-        _require(PYPI_NAME.match(str(component.get("package", ""))) is not None, f"{where}.package", "a PyPI project name")
-        _require(PEP440_PUBLIC.match(str(component.get("version", ""))) is not None, f"{where}.version", "a public PEP 440 version")
-        if "sha256" in component:
-            _require(HEX64.match(component["sha256"]) is not None, f"{where}.sha256", "64 lowercase hex")
-    elif kind == "git":
-        _require(str(component.get("repo", "")).startswith("https://"), f"{where}.repo", "an https:// URL")
-        has_commit = "commit" in component
-        _require(has_commit != ("ref_from" in component), where, "pin a full commit, or name the field it follows with ref_from (not both)")
-        if has_commit:
-            _require(HEX40.match(component["commit"]) is not None, f"{where}.commit", "a full 40-hex commit SHA")
-        if "tag" in component:
-            _require(GIT_TAG.match(component["tag"]) is not None, f"{where}.tag", "not a valid git tag")
-    elif kind == "tarball":
-        url = str(component.get("url", ""))
-        _require(url.startswith("https://") and "{version}" in url, f"{where}.url", "an https:// URL template containing {version}")
-        _require(_nonempty_str(component.get("version")), f"{where}.version", "required")
-        fingerprint = str(component.get("gpg_fingerprint", ""))
-        _require(GPG_FINGERPRINT.match(fingerprint) is not None, f"{where}.gpg_fingerprint", "40 uppercase hex, no spaces")
-        sha = component.get("sha256", "")
-        _require(sha == "" or HEX64.match(sha) is not None, f"{where}.sha256", "empty or 64 lowercase hex")
-    elif kind == "distro-package":
-        _require(_nonempty_str(component.get("version")), f"{where}.version", "required")
 
-    mapping = component.get("build_args")
-    _require(isinstance(mapping, Mapping) and len(mapping) > 0, f"{where}.build_args", "map at least one ARG to a field")
-    for arg, source in mapping.items():
-        _require(ARG_NAME.match(str(arg)) is not None, f"{where}.build_args.{arg}", "ARG names are UPPER_SNAKE_CASE")
-        if source == "ref":
-            _require(kind == "base-image", f"{where}.build_args.{arg}", "'ref' only exists on base images")
-            continue
-        try:
-            value = field(component, str(source))
-        except KeyError:
-            raise VersionsError(f"{where}.build_args.{arg}: field {source!r} does not exist") from None
-        _require(isinstance(value, str), f"{where}.build_args.{arg}", f"field {source!r} is not a scalar string")
-        _require(source not in DESCRIPTIVE_FIELDS, f"{where}.build_args.{arg}", f"{source!r} is descriptive, not a pin")
+NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class _Component(BaseModel):
+    """What every component says: where the value was read, why this version, and which ARGs it feeds.
+    Any further field (a nested mapping included) is a pin: a quoted string without whitespace or 'latest'."""
+
+    model_config = ConfigDict(extra="allow")
+    source: NonEmpty = Field(description="say where the value was read")
+    notes: NonEmpty = Field(description="say why this version and what to watch")
+    build_args: dict[str, str]
+    ref_from: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pins_are_strings(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key, value in _scalars({k: v for k, v in data.items() if k not in DESCRIPTIVE_FIELDS}, ""):
+                _check(isinstance(value, str), f"{key}: must be a quoted string (got {type(value).__name__} {value!r})")
+                _check(value != "" or key.rsplit(".", 1)[-1] in OPTIONAL_EMPTY_FIELDS, f"{key}: must not be empty")
+                _check(not re.search(r"\s", value), f"{key}: must not contain whitespace")
+                _check(not LATEST.search(value), f"{key}: 'latest' is not a pin")
+        return data
+
+    @model_validator(mode="after")
+    def _build_args_name_pins(self) -> _Component:
+        _check(len(self.build_args) > 0, "build_args: map at least one ARG to a field")
+        fields = self.model_dump(exclude_none=True)
+        for arg, source in self.build_args.items():
+            _check(ARG_NAME.match(arg) is not None, f"build_args.{arg}: ARG names are UPPER_SNAKE_CASE")
+            if source == "ref":
+                _check(isinstance(self, BaseImage), f"build_args.{arg}: 'ref' only exists on base images")
+                continue
+            try:
+                value = field(fields, source)
+            except KeyError:
+                raise ValueError(f"build_args.{arg}: field {source!r} does not exist") from None
+            _check(isinstance(value, str), f"build_args.{arg}: field {source!r} is not a scalar string")
+            _check(source not in DESCRIPTIVE_FIELDS, f"build_args.{arg}: {source!r} is descriptive, not a pin")
+        return self
+
+
+class BaseImage(_Component):
+    kind: Literal["base-image"]
+    image: NonEmpty
+    tag: NonEmpty
+    digest: Annotated[str, Field(pattern=r"^(sha256:[0-9a-f]{64})?$", description='"" until pin_digests.py sets it')]
+
+    @model_validator(mode="after")
+    def _parses(self) -> BaseImage:
+        parse_image_ref(image_ref(self.model_dump()))
+        return self
+
+
+class Pypi(_Component):
+    kind: Literal["pypi"]
+    package: Annotated[str, Field(pattern=PYPI_NAME.pattern)]
+    version: str
+    sha256: Annotated[str, Field(pattern=HEX64.pattern)] | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _pep440(cls, version: str) -> str:
+        _check(PEP440_PUBLIC.match(version) is not None, "a public PEP 440 version")
+        return version
+
+
+class Git(_Component):
+    kind: Literal["git"]
+    repo: Annotated[str, Field(pattern=r"^https://")]
+    commit: Annotated[str, Field(pattern=HEX40.pattern, description="a full 40-hex commit SHA")] | None = None
+    tag: Annotated[str, Field(pattern=GIT_TAG.pattern)] | None = None
+
+    @model_validator(mode="after")
+    def _commit_or_ref_from(self) -> Git:
+        _check((self.commit is None) != (self.ref_from is None), "pin a full commit, or name the field it follows with ref_from (not both)")
+        return self
+
+
+class Tarball(_Component):
+    kind: Literal["tarball"]
+    url: str
+    version: NonEmpty
+    gpg_fingerprint: Annotated[str, Field(pattern=GPG_FINGERPRINT.pattern, description="40 uppercase hex, no spaces")]
+    sha256: Annotated[str, Field(pattern=r"^([0-9a-f]{64})?$")] = ""
+
+    @field_validator("url")
+    @classmethod
+    def _template(cls, url: str) -> str:
+        _check(url.startswith("https://") and "{version}" in url, "an https:// URL template containing {version}")
+        return url
+
+
+class DistroPackage(_Component):
+    kind: Literal["distro-package"]
+    version: NonEmpty
+
+
+Component = Annotated[BaseImage | Pypi | Git | Tarball | DistroPackage, Field(discriminator="kind")]
+
+
+class ImageSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dockerfile: NonEmpty
+    context: NonEmpty
+    description: NonEmpty
+    target: str | None = None
+    components: list[str] = Field(min_length=1)
+    settings: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _files_exist(self) -> ImageSpec:
+        _check((REPO_ROOT / self.dockerfile).is_file(), f"dockerfile: {self.dockerfile} does not exist")
+        _check((REPO_ROOT / self.context).is_dir(), f"context: {self.context} is not a directory")
+        _check(
+            Path(f"{REPO_ROOT / self.dockerfile}.dockerignore").is_file(),
+            f"dockerfile: {self.dockerfile}.dockerignore is missing: the allow-list of what the build context may send",
+        )
+        if self.target is not None:
+            stages = [alias for _, alias in dockerfile_stage_names((REPO_ROOT / self.dockerfile).read_text())]
+            _check(self.target in stages, f"target: no stage {self.target!r} in {self.dockerfile} ({', '.join(stages)})")
+        _check(len(set(self.components)) == len(self.components), "components: lists a component twice")
+        for arg, value in self.settings.items():
+            _check(ARG_NAME.match(arg) is not None, f"settings.{arg}: ARG names are UPPER_SNAKE_CASE")
+            _check(value != "", f"settings.{arg}: a non-empty quoted string")
+            _check(not re.search(r"\s", value) and not LATEST.search(value), f"settings.{arg}: no whitespace, no 'latest'")
+        return self
+
+
+class VersionsFile(BaseModel):
+    """containers/versions.yaml. Field-level rules are declared above; what spans components and images
+    (ref_from targets, ARGs fed twice, unused components) is checked here."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: Literal[1]
+    components: dict[str, Component] = Field(min_length=1)
+    images: dict[str, ImageSpec] = Field(min_length=1)
+    not_installed: dict[str, NonEmpty] = {}
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> VersionsFile:
+        components = {name: c.model_dump(exclude_none=True) for name, c in self.components.items()}
+        for name, component in components.items():
+            _check(COMPONENT_NAME.match(name) is not None, f"components.{name}: component names are lower_snake_case")
+            if "ref_from" in component:
+                target, _, path = component["ref_from"].partition(".")
+                _check(target in components, f"components.{name}.ref_from: unknown component {target!r}")
+                try:
+                    field(components[target], path)
+                except KeyError:
+                    raise ValueError(f"components.{name}.ref_from: {component['ref_from']!r} does not exist") from None
+        used: set[str] = set()
+        for image, spec in self.images.items():
+            where = f"images.{image}.components"
+            _check(IMAGE_NAME.match(image) is not None, f"images.{image}: image names are lower-kebab-case")
+            seen_args: dict[str, str] = {}
+            for name in spec.components:
+                _check(name in components, f"{where}: unknown component {name!r}")
+                for arg in components[name]["build_args"]:
+                    _check(arg not in seen_args, f"{where}: ARG {arg} comes from both {seen_args.get(arg)} and {name}")
+                    seen_args[arg] = name
+                if "ref_from" in components[name]:
+                    source = components[name]["ref_from"].split(".")[0]
+                    _check(source in spec.components, f"{where}: {name} follows {source}, which the image does not list")
+            _check(any(components[n]["kind"] == "base-image" for n in spec.components), f"{where}: needs a base-image component")
+            for arg in spec.settings:
+                _check(arg not in seen_args, f"images.{image}.settings.{arg}: already set by component {seen_args.get(arg)}")
+            used.update(spec.components)
+        unused = set(components) - used
+        _check(not unused, f"components: not used by any image: {', '.join(sorted(unused))}")
+        return self
+
+
+def _message(error: Any) -> str:
+    """One pydantic error as `<dotted path in versions.yaml>: <problem>` (the union's kind tag left out)."""
+    loc = [p for p in error["loc"] if p not in KINDS]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "union_tag_invalid":
+        where, message = f"{where}.kind", f"must be one of {', '.join(KINDS)} (got {error['ctx']['tag']!r})"
+    elif error["type"] == "extra_forbidden":
+        message = "unknown top-level key" if len(loc) == 1 else "unknown key"
+    elif error["type"] == "value_error":
+        # Validators name the field they checked ("build_args.X: ..."): append it to the location.
+        field_path, sep, rest = message.partition(": ")
+        if sep and " " not in field_path:
+            where, message = ".".join(p for p in (where, field_path) if p), rest
+    return f"{where or 'versions.yaml'}: {message}"
 
 
 def validate(doc: Any) -> None:
     """Raise VersionsError with the path of the first problem found."""
-    _require(isinstance(doc, Mapping), "versions.yaml", "must be a mapping")
-    allowed = {"schema_version", "images", "components", "not_installed"}
-    unknown = set(doc) - allowed
-    _require(not unknown, "versions.yaml", f"unknown top-level keys: {', '.join(sorted(unknown))}")
-    _require(doc.get("schema_version") == 1, "schema_version", "must be 1")
-    components = doc.get("components")
-    images = doc.get("images")
-    _require(isinstance(components, Mapping) and len(components) > 0, "components", "must be a non-empty mapping")
-    _require(isinstance(images, Mapping) and len(images) > 0, "images", "must be a non-empty mapping")
-    for name, component in components.items():
-        _validate_component(str(name), component)
-    for name, component in components.items():
-        if "ref_from" in component:
-            target, _, path = str(component["ref_from"]).partition(".")
-            _require(target in components, f"components.{name}.ref_from", f"unknown component {target!r}")
-            try:
-                field(components[target], path)
-            except KeyError:
-                raise VersionsError(f"components.{name}.ref_from: {component['ref_from']!r} does not exist") from None
-
-    used: set[str] = set()
-    for image, spec in images.items():
-        where = f"images.{image}"
-        _require(IMAGE_NAME.match(str(image)) is not None, where, "image names are lower-kebab-case")
-        _require(isinstance(spec, Mapping), where, "must be a mapping")
-        for key in ("dockerfile", "context", "description"):
-            _require(_nonempty_str(spec.get(key)), f"{where}.{key}", "required")
-        _require((REPO_ROOT / spec["dockerfile"]).is_file(), f"{where}.dockerfile", f"{spec['dockerfile']} does not exist")
-        _require((REPO_ROOT / spec["context"]).is_dir(), f"{where}.context", f"{spec['context']} is not a directory")
-        _require(
-            Path(f"{REPO_ROOT / spec['dockerfile']}.dockerignore").is_file(),
-            f"{where}.dockerfile",
-            f"{spec['dockerfile']}.dockerignore is missing: the allow-list of what the build context may send",
-        )
-        if "target" in spec:
-            stages = [alias for _, alias in dockerfile_stage_names((REPO_ROOT / spec["dockerfile"]).read_text())]
-            _require(
-                spec["target"] in stages, f"{where}.target", f"no stage {spec['target']!r} in {spec['dockerfile']} ({', '.join(stages)})"
-            )
-        names = spec.get("components")
-        _require(isinstance(names, list) and len(names) > 0, f"{where}.components", "a non-empty list")
-        _require(len(set(names)) == len(names), f"{where}.components", "lists a component twice")
-        base_images = 0
-        seen_args: dict[str, str] = {}
-        for name in names:
-            _require(name in components, f"{where}.components", f"unknown component {name!r}")
-            base_images += components[name]["kind"] == "base-image"
-            for arg in components[name]["build_args"]:
-                _require(arg not in seen_args, f"{where}.components", f"ARG {arg} comes from both {seen_args.get(arg)} and {name}")
-                seen_args[arg] = name
-            if "ref_from" in components[name]:
-                source = str(components[name]["ref_from"]).split(".")[0]
-                _require(source in names, f"{where}.components", f"{name} follows {source}, which the image does not list")
-        _require(base_images >= 1, f"{where}.components", "needs a base-image component")
-        used.update(names)
-        settings = spec.get("settings") or {}
-        _require(isinstance(settings, Mapping), f"{where}.settings", "must be a mapping")
-        for arg, value in settings.items():
-            key = f"{where}.settings.{arg}"
-            _require(ARG_NAME.match(str(arg)) is not None, key, "ARG names are UPPER_SNAKE_CASE")
-            _require(arg not in seen_args, key, f"already set by component {seen_args.get(arg)}")
-            _require(isinstance(value, str) and value != "", key, "a non-empty quoted string")
-            _require(not re.search(r"\s", value) and not LATEST.search(value), key, "no whitespace, no 'latest'")
-    unused = set(components) - used
-    _require(not unused, "components", f"not used by any image: {', '.join(sorted(unused))}")
-    not_installed = doc.get("not_installed") or {}
-    _require(isinstance(not_installed, Mapping), "not_installed", "a mapping of name -> reason")
-    for name, reason in not_installed.items():
-        _require(_nonempty_str(reason), f"not_installed.{name}", "give the reason")
+    try:
+        VersionsFile.model_validate(doc)
+    except ValidationError as exc:
+        raise VersionsError(_message(exc.errors()[0])) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -585,7 +696,8 @@ def lint_text_for_pins(text: str, pins: set[str], *, where: str) -> list[str]:
 
 
 def lint_dockerfile(text: str, doc: Mapping[str, Any], image: str, *, where: str = "Dockerfile") -> list[str]:
-    """Everything that makes a Dockerfile disagree with versions.yaml. Empty list = clean."""
+    """Everything that makes a Dockerfile (the stages the image's target builds) disagree with versions.yaml. Empty list = clean."""
+    whole, text = text, for_target(text, doc["images"][image].get("target"))
     problems: list[str] = []
     expected = build_args(doc, image)
     declared = dockerfile_args(text)
@@ -594,8 +706,10 @@ def lint_dockerfile(text: str, doc: Mapping[str, Any], image: str, *, where: str
             problems.append(f"{where}: ARG {name} has a default ({default!r}); every ARG comes from build_args.py, without defaults")
         if name not in expected:
             problems.append(f"{where}: ARG {name} is not produced by build_args.py for {image} (add it to versions.yaml)")
+    # Images built from one file with the same components share build args: each must be declared in some stage.
+    declared_anywhere = dockerfile_args(whole)
     for name in expected:
-        if name not in declared:
+        if name not in declared_anywhere:
             problems.append(f"{where}: build_args.py passes {name} but the Dockerfile never declares ARG {name}")
 
     base_args = {
@@ -620,7 +734,7 @@ def lint_dockerfile(text: str, doc: Mapping[str, Any], image: str, *, where: str
             stages.add(match.group("alias").lower())
     problems.extend(lint_stage_args(text, set(expected), where=where))
     problems.extend(lint_text_for_pins(text, pinned_values(doc, image), where=where))
-    problems.extend(lint_context(text, doc, image, where=where))
+    problems.extend(lint_context(whole, doc, image, where=where))
     return problems
 
 

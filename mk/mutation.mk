@@ -2,8 +2,8 @@
 # killers, score and equivalent mutants: tests/mutation/). Slow, so outside `make test`. One module at a time:
 # `make mutation MODULE=pdkit.purchase`. Results stay in mutants/ (unchanged mutants are not re-run).
 
-MUTATION_MODULES := pdkit.purchase pdkit.reservation pdkit.functions.reservation_guard pdkit.functions.block_lifecycle \
-	pdkit.functions.block_clock pdkit.profile_files pdkit.serving.weights_manifest
+MUTATION_MODULES := pdkit.purchase pdkit.reservation pdkit.functions.reservation_guard pdkit.functions.block_clock \
+	pdkit.profile_files pdkit.serving.weights_manifest
 MODULE ?=
 MUTATION_JOBS ?= 2
 MUTATION_FAIL_UNDER ?= 90

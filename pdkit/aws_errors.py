@@ -51,7 +51,15 @@ _SERVICE_OF = {
     "GetAccountSettings": "lambda",
     "ListFunctions": "lambda",
     "GetFunctionConcurrency": "lambda",
+    # pdkit rehearse's teardown check (pdkit/rehearsal.py)
+    "ListNodegroups": "eks",
+    "GetResources": "tag",
+    "DescribeKey": "kms",
+    "DescribeLogGroups": "logs",
 }
+# Operations whose IAM action has another name. ListObjectsV2 is allowed by s3:ListBucket:
+# https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html
+_ACTION_OF = {"ListObjectsV2": "s3:ListBucket"}
 
 
 def error_code(err: BaseException) -> str | None:
@@ -65,7 +73,7 @@ def error_code(err: BaseException) -> str | None:
 
 def iam_action(err: BaseException) -> str:
     operation = str(getattr(err, "operation_name", "") or "the operation")
-    return f"{_SERVICE_OF.get(operation, 'ec2')}:{operation}"
+    return _ACTION_OF.get(operation) or f"{_SERVICE_OF.get(operation, 'ec2')}:{operation}"
 
 
 def is_denied(err: BaseException) -> bool:

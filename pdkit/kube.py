@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdkit.errors import KitError
+from pdkit.placement import PLACED_ROLE_LABEL, bottom_network_node
 from pdkit.plan import ROLE_LABEL, ROLES, Plan
 
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
-# The serving manifests label each LeaderWorkerSet and the router Deployment with the role label
-# the GPU nodes carry (pdkit/role: prefill | decode | router).
+DS_GROUP, DS_VERSION, DS_PLURAL = "disaggregatedset.x-k8s.io", "v1", "disaggregatedsets"
+# The serving manifests label the DisaggregatedSet's roles (whose labels its controller copies onto the
+# LeaderWorkerSets it creates, whatever their names) and the router Deployment with the role label the
+# GPU nodes carry (pdkit/role: prefill | decode | router).
 ROUTER_ROLE = "router"
 TIMEOUT_SECONDS = 10
 
@@ -36,6 +39,9 @@ class Node:
     gpus: int
     efa: int
     instance_id: str | None
+    # The role pdkit topology --assign gave the node from the network topology, and its bottom network node (EKS labels).
+    placed_role: str | None = None
+    bottom_network_node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,9 +97,15 @@ class Kube:
                     gpus=_count(allocatable.get(GPU)),
                     efa=_count(allocatable.get(EFA)),
                     instance_id=provider.rsplit("/", 1)[-1] or None,
+                    placed_role=labels.get(PLACED_ROLE_LABEL),
+                    bottom_network_node=bottom_network_node(labels),
                 )
             )
         return sorted(found, key=lambda n: (n.role, n.name))
+
+    def label_node(self, name: str, labels: dict[str, str]) -> None:
+        """Merge-patch labels onto a Node (pdkit topology --assign)."""
+        _call(lambda: self.core.patch_node(name, {"metadata": {"labels": labels}}, _request_timeout=TIMEOUT_SECONDS))
 
     def leader_worker_sets(self, namespace: str) -> list[Workload] | None:
         """LeaderWorkerSets with a role label; None when the LWS CRD is not installed."""
@@ -120,14 +132,24 @@ class Kube:
             for item in listed.get("items", [])
         ]
 
-    def scale_leader_worker_set(self, namespace: str, name: str, replicas: int) -> bool:
-        """Set spec.replicas (a merge patch); False when the LeaderWorkerSet does not exist (serving not deployed)."""
+    def scale_roles(self, namespace: str, name: str, replicas: dict[str, int]) -> bool:
+        """Set the DisaggregatedSet's role replicas with one JSON patch (pdkit/functions/kube_api.py
+        roles_patch; its controller reverts a scaled LeaderWorkerSet); False when it does not exist."""
         from kubernetes.client.exceptions import ApiException
+
+        from pdkit.functions.kube_api import roles_patch
 
         try:
             _call(
                 lambda: self.custom.patch_namespaced_custom_object(
-                    LWS_GROUP, LWS_VERSION, namespace, LWS_PLURAL, name, {"spec": {"replicas": replicas}}, _request_timeout=TIMEOUT_SECONDS
+                    DS_GROUP,
+                    DS_VERSION,
+                    namespace,
+                    DS_PLURAL,
+                    name,
+                    roles_patch(replicas),
+                    _content_type="application/json-patch+json",
+                    _request_timeout=TIMEOUT_SECONDS,
                 ),
                 passthrough=(ApiException,),
             )

@@ -10,6 +10,7 @@ and says when the block starts. EKS also does not check that launched instances 
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,25 +161,23 @@ def health_issues(group: dict[str, Any]) -> list[str]:
 
 
 def scale_serving(plan: Plan, connect: Callable[[], Any], *, up: bool) -> list[str]:
-    """Restore (up) or empty (down) the LeaderWorkerSets, as the block lifecycle function does: scaling to 0
-    before the nodes go means no PodDisruptionBudget can hold the node drain. Returns lines for the operator;
-    an unreachable API is reported with the kubectl commands, never raised (the node groups matter more)."""
+    """Restore (up) or empty (down) the DisaggregatedSet's roles, as the block lifecycle function does: scaling
+    to 0 before the nodes go means no PodDisruptionBudget can hold the node drain. Its controller reverts a
+    scaled LeaderWorkerSet, so the roles' replicas on the DisaggregatedSet are what changes. Returns lines
+    for the operator; an unreachable API is reported with the kubectl commands, never raised (the node
+    groups matter more)."""
     from pdkit.kube import KubeUnreachable
     from pdkit.serving.drain import drain_plan
 
     drain = drain_plan(plan)
+    target = drain.roles if up else dict.fromkeys(drain.roles, 0)
+    where = f"{drain.namespace}/{drain.disaggregated_set}"
     try:
-        kube = connect()
-        lines = []
-        for name, replicas in drain.leader_worker_sets.items():
-            target = replicas if up else 0
-            done = kube.scale_leader_worker_set(drain.namespace, name, target)
-            lines.append(
-                f"{drain.namespace}/{name}: replicas {target}" if done else f"{drain.namespace}/{name}: not deployed, nothing to scale"
-            )
-        return lines
+        if not connect().scale_roles(drain.namespace, drain.disaggregated_set, target):
+            return [f"{where}: not deployed, nothing to scale"]
+        return [f"{where}: replicas " + ", ".join(f"{role} {count}" for role, count in target.items())]
     except KubeUnreachable as err:
         commands = drain.kubectl_restore() if up else drain.kubectl_scale_down()
         return [f"serving NOT {'restored' if up else 'scaled to 0'}: {err}", "run through the SSM access path:"] + [
-            "  " + " ".join(c) for c in commands
+            "  " + shlex.join(c) for c in commands
         ]

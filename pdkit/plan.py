@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import annotated_types
 from pydantic import BaseModel
@@ -103,6 +103,18 @@ class NetworkInterface:
 
 
 @dataclass(frozen=True)
+class RouterPlan:
+    """How smg routes (its flag names): per-role policies, rank awareness and the cache-aware thresholds."""
+
+    prefill_policy: str
+    decode_policy: str
+    dp_aware: bool
+    cache_threshold: float
+    balance_abs_threshold: int
+    balance_rel_threshold: float
+
+
+@dataclass(frozen=True)
 class RolePlan:
     name: str
     replicas: int
@@ -142,6 +154,11 @@ class RolePlan:
     taint: dict[str, str]
     efa_devices_per_node: int
     settings: Role = field(repr=False)
+
+    @property
+    def reports_expert_balancedness(self) -> bool:
+        """MoE experts spread over EP ranks: SGLang reports how evenly they are loaded (pdkit/observability)."""
+        return self.ep > 1
 
 
 @dataclass(frozen=True)
@@ -268,6 +285,10 @@ class Plan:
     pod_security: str
     # Set when the deploy buys the block: stacks then take the reservation id from the purchase resource.
     purchase: PurchasePlan | None
+    # capacity-block: GPU nodes on the reserved block. on-demand: a rehearsal, no reservation, guard or block lifecycle.
+    market: Literal["capacity-block", "on-demand"]
+    rehearses: str | None  # the block profile an on-demand rehearsal stands in for (pdkit/rehearsal_rules.py)
+    router: RouterPlan
     profile: Profile = field(repr=False)
 
     def with_reservation_id(self, reservation_id: str) -> Plan:
@@ -293,9 +314,15 @@ class Plan:
 
 
 def build(profile: Profile, *, profile_path: str | Path = "") -> Plan:
-    """Derive the plan, or raise ProfileError for the first impossible setting."""
+    """Derive the plan, or raise ProfileError for the first impossible setting (RehearsalMismatch lists every
+    way a rehearsal differs from its block)."""
     try:
-        return _build(profile, str(profile_path))
+        plan = _build(profile, str(profile_path))
+        if plan.rehearses is not None:
+            from pdkit import rehearsal_rules  # it builds the block's plan with this module
+
+            rehearsal_rules.check(plan, rehearsal_rules.load_rehearsed(plan))
+        return plan
     except ProfileError as err:
         raise err.with_source(str(profile_path)) from None
 
@@ -354,7 +381,41 @@ def _build(p: Profile, path: str) -> Plan:
         function_concurrency=FunctionConcurrency(p.cluster.lambda_reserved_concurrency, RESERVED_FUNCTIONS),
         pod_security=_pod_security(p),
         purchase=_purchase(p),
+        market=_market(p),
+        rehearses=p.rehearses,
+        router=_router(p, roles),
         profile=p,
+    )
+
+
+def _router(p: Profile, roles: dict[str, RolePlan]) -> RouterPlan:
+    """Cache-aware on prefill, load-aware on decode, rank-aware where decode runs attention DP.
+
+    SGLang disables the radix cache of a decode server in PD mode unless the experimental
+    --disaggregation-decode-enable-radix-cache is given (sglang 0.5.23
+    srt/arg_groups/pd_disaggregation_hook.py), so prefix hits happen on prefill only, and
+    only a choice between two or more prefill replicas can steer them. Decode balances load instead:
+    power_of_two is smg's own PD example (`--prefill-policy cache_aware --decode-policy power_of_two`,
+    conformance/help/smg-1.13.0-launch_router.txt). With --dp-aware smg registers each of a worker's
+    attention-DP ranks as its own routing target, so the load it compares is per rank.
+    """
+    r = p.serving.router
+    attn_dp = roles["decode"].attn_dp > 1
+    if r.dp_aware and not attn_dp:
+        raise ProfileError(
+            "serving.router.dp_aware",
+            r.dp_aware,
+            "decode runs no attention DP, so there are no ranks to route to",
+            "leave serving.router.dp_aware unset, or set roles.decode.parallelism.attn_dp",
+        )
+    default_prefill = "cache_aware" if roles["prefill"].replicas >= 2 else "round_robin"
+    return RouterPlan(
+        prefill_policy=r.prefill_policy or default_prefill,
+        decode_policy=r.decode_policy or "power_of_two",
+        dp_aware=attn_dp if r.dp_aware is None else r.dp_aware,
+        cache_threshold=r.cache_threshold,
+        balance_abs_threshold=r.balance_abs_threshold,
+        balance_rel_threshold=r.balance_rel_threshold,
     )
 
 
@@ -535,6 +596,35 @@ def _purchase(p: Profile) -> PurchasePlan | None:
         earliest_start=buy.earliest_start,
         latest_end=buy.latest_end,
     )
+
+
+def _market(p: Profile) -> Literal["capacity-block", "on-demand"]:
+    """On-demand GPU nodes launch without a reservation (EC2 RunInstances: no InstanceMarketOptions, no
+    CapacityReservationSpecification), so a rehearsal names none and buys none; only a rehearsal names a block."""
+    c = p.capacity
+    if c.market == "on-demand":
+        if c.reservation_id != PLACEHOLDER_RESERVATION:
+            raise ProfileError(
+                "capacity.reservation_id",
+                c.reservation_id,
+                "names a Capacity Block, but capacity.market is on-demand (its nodes launch without a reservation)",
+                f"use the placeholder {PLACEHOLDER_RESERVATION}, or set capacity.market: capacity-block",
+            )
+        if c.purchase is not None:
+            raise ProfileError(
+                "capacity.purchase",
+                c.purchase.offering_id,
+                "would buy a Capacity Block, but capacity.market is on-demand",
+                "remove capacity.purchase, or set capacity.market: capacity-block",
+            )
+    elif p.rehearses is not None:
+        raise ProfileError(
+            "rehearses",
+            p.rehearses,
+            "only an on-demand rehearsal names the block profile it rehearses",
+            "set capacity.market: on-demand, or remove rehearses",
+        )
+    return c.market
 
 
 def _endpoint(p: Profile) -> None:

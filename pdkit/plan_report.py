@@ -24,7 +24,10 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
     lines = [
         f"Deployment {plan.name}  (profile {plan.profile_path})",
         "",
-        f"  Capacity Block   {plan.instance_count} x {it.name} in {plan.block_az} ({plan.region}), reservation {reservation}",
+        f"  Capacity Block   {plan.instance_count} x {it.name} in {plan.block_az} ({plan.region}), reservation {reservation}"
+        if plan.market == "capacity-block"
+        else f"  On-demand        {plan.instance_count} x {it.name} in {plan.block_az} ({plan.region}), no reservation: "
+        f"a rehearsal of {plan.rehearses or 'a block profile'} (runbooks/00b-rehearsal.md)",
         f"  Per node         {it.gpus} x {it.gpu_model} ({it.gpu_memory_gb:.1f} GB each), {plan.efa_devices_per_node} EFA devices on {it.network_cards} network cards, {it.nvme_gb / 1000:.1f} TB NVMe",
         f"  Placement group  {plan.placement_group}",
         f"  Network          private subnets in {', '.join(plan.availability_zones)}; GPU nodes only in {plan.block_az}",

@@ -123,6 +123,9 @@ class Preflight:
 
     def _reservation(self) -> Reservation | None:
         plan = self.plan
+        if plan.market == "on-demand":
+            self._add("Reservation", "PASS", f"none: an on-demand rehearsal of {plan.rehearses or 'a block profile'} (capacity.market)")
+            return None
         if plan.reservation_is_placeholder:
             self._add(
                 "Reservation",
@@ -275,6 +278,17 @@ class Preflight:
             self._add("GPU vCPU quota", "WARN", f"Running On-Demand P instances ({P_INSTANCE_VCPU_QUOTA}) not reported", f"check it: {how}")
         elif value >= need:
             self._add("GPU vCPU quota", "PASS", f"Running On-Demand P instances: {value:g} vCPUs >= {need} needed")
+        elif self.plan.market == "on-demand":
+            # On-demand P instances count against it for certain: EC2 refuses the launch beyond it (VcpuLimitExceeded).
+            # https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html
+            self._add(
+                "GPU vCPU quota",
+                "FAIL",
+                f"Running On-Demand P instances is {value:g} vCPUs; the rehearsal's {self.plan.instance_count} x "
+                f"{self.plan.instance.name} need {need}",
+                f"`aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {P_INSTANCE_VCPU_QUOTA} "
+                f"--desired-value {need} --region {self.aws.region}`, then run pdkit preflight again",
+            )
         else:
             self._add(
                 "GPU vCPU quota",

@@ -94,6 +94,10 @@ class Capacity(_Section):
     placement_group: Literal["cluster", "none"] = "cluster"
     efa_devices: int | None = Field(default=None, description="EFA devices per node; default: all the instance has.")
     hourly_price_usd: float | None = Field(default=None, gt=0, description="Per instance-hour, for cost estimates.")
+    market: Literal["capacity-block", "on-demand"] = Field(
+        default="capacity-block",
+        description="capacity-block: GPU nodes on the reserved block; on-demand: a rehearsal (no reservation, guard or block lifecycle).",
+    )
 
     @field_validator("reservation_id")
     @classmethod
@@ -248,8 +252,21 @@ class Roles(_Section):
     decode: Role
 
 
+# smg 1.13.0's --decode-policy choices; --prefill-policy also takes "bucket" (conformance/help/smg-1.13.0-launch_router.txt).
+RouterPolicy = Literal["random", "round_robin", "cache_aware", "power_of_two", "least_load", "consistent_hashing", "prefix_hash"]
+
+
 class Router(_Section):
-    policy: Literal["random", "round_robin", "cache_aware", "power_of_two"] = "round_robin"
+    prefill_policy: RouterPolicy | Literal["bucket"] | None = Field(
+        default=None, description="Unset: the plan picks cache_aware with >= 2 prefill replicas, else round_robin."
+    )
+    decode_policy: RouterPolicy | None = Field(default=None, description="Unset: the plan picks power_of_two (load-aware).")
+    dp_aware: bool | None = Field(
+        default=None, description="Route to decode's attention-DP ranks; unset: on when decode runs attention DP."
+    )
+    cache_threshold: float = Field(default=0.3, ge=0.0, le=1.0)
+    balance_abs_threshold: int = Field(default=64, ge=0)
+    balance_rel_threshold: float = Field(default=1.5, ge=1.0)
     replicas: int = Field(default=2, ge=1)
 
 
@@ -299,7 +316,19 @@ class Observability(_Section):
     alarm_email: str | None = None
     tpot_p99_ms: float = Field(default=40, gt=0)
     ttft_p99_ms: float = Field(default=10000, gt=0)
+    expert_balancedness_min: float = Field(
+        default=0.4, gt=0, lt=1, description="Alarm when SGLang's expert balancedness (1 = even) stays below this for 15 minutes."
+    )
     block_end_warning_minutes: int = Field(default=60, ge=45, description="Drain lead time; EC2 warns at T-40 min.")
+
+
+class SharedPrefix(_Section):
+    """`pdkit bench --workload shared-prefix`: bench_serving's generated-shared-prefix dataset (--gsp-*)."""
+
+    groups: int = Field(default=16, ge=1, description="Distinct system prompts; prompts_per_level is spread over them.")
+    system_prompt_len: int = Field(default=1536, gt=0, description="Tokens every prompt of a group shares.")
+    question_len: int = Field(default=512, gt=0)
+    turns: int = Field(default=1, ge=1, description="> 1: multi-turn conversations on the same system prompt.")
 
 
 class Bench(_Section):
@@ -308,6 +337,7 @@ class Bench(_Section):
     output_len: int = Field(default=512, gt=0)
     prompts_per_level: int = Field(default=200, gt=0)
     warmup_requests: int = Field(default=16, ge=1)
+    shared_prefix: SharedPrefix = SharedPrefix()
 
 
 class Profile(_Section):
@@ -324,6 +354,9 @@ class Profile(_Section):
     ami: Ami = Ami()
     observability: Observability = Observability()
     bench: Bench = Bench()
+    rehearses: str | None = Field(
+        default=None, description="With capacity.market on-demand: the block profile (name in config/ or path) this one rehearses."
+    )
 
     @field_validator("name")
     @classmethod

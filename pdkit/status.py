@@ -16,7 +16,7 @@ from pdkit.aws_clients import Aws
 from pdkit.aws_errors import error_code
 from pdkit.console import span
 from pdkit.errors import KitError
-from pdkit.kube import Kube, KubeUnreachable
+from pdkit.kube import Kube, KubeUnreachable, Node
 from pdkit.plan import Plan
 
 State = Literal["OK", "WAIT", "FAIL"]
@@ -114,6 +114,7 @@ def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
         report.add(
             "kubernetes", f"node {n.name} ({n.role}, {n.instance_id or '?'})", state, ("not Ready; " if not n.ready else "") + detail
         )
+    _placement(plan, nodes, report)
     namespace = plan.profile.serving.namespace
     sets = kube.leader_worker_sets(namespace)
     if sets is None:
@@ -123,7 +124,12 @@ def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
             groups = [s for s in sets if s.role == name]
             ready = sum(s.ready for s in groups)
             if not groups:
-                report.add("serving", f"{name} groups", "WAIT", f"no LeaderWorkerSet labelled pdkit/role={name} in {namespace} yet")
+                report.add(
+                    "serving",
+                    f"{name} groups",
+                    "WAIT",
+                    f"no LeaderWorkerSet labelled pdkit/role={name} in {namespace} yet (the DisaggregatedSet creates them)",
+                )
             else:
                 names = ", ".join(s.name for s in groups)
                 report.add(
@@ -137,6 +143,34 @@ def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
     ready = sum(r.ready for r in routers)
     detail = f"{ready} of {want} replicas ready" if routers else f"no router Deployment labelled pdkit/role=router in {namespace} yet"
     report.add("serving", "router", "OK" if routers and ready >= want else "WAIT", detail)
+
+
+def _placement(plan: Plan, nodes: list[Node], report: Report) -> None:
+    """Which node serves which role and whether decode shares a bottom network node, from the Node labels:
+    pdkit/placed-role (pdkit topology --assign) and EKS's topology.k8s.aws/network-node-layer-N
+    (https://docs.aws.amazon.com/eks/latest/userguide/ml-workload-topology.html). Informational: the
+    serving pods only prefer the placed role, so no placement is a failure."""
+    if not nodes:
+        return
+
+    def role(n: Node) -> str:
+        return n.placed_role or n.role
+
+    parts = [
+        f"{name}: "
+        + (", ".join(f"{n.name} ({n.instance_id or '?'}) under {n.bottom_network_node or '?'}" for n in nodes if role(n) == name) or "none")
+        for name in plan.roles
+    ]
+    bottoms = {n.bottom_network_node for n in nodes if role(n) == "decode"}
+    if len(bottoms) == 1 and None not in bottoms:
+        parts.append(f"decode shares bottom network node {next(iter(bottoms))}")
+    else:
+        parts.append(
+            f"decode does NOT share a bottom network node ({', '.join(sorted(b or '?' for b in bottoms))}): `pdkit topology` shows whether the block has a closer set"
+        )
+    if any(n.placed_role is None for n in nodes):
+        parts.append("roles still from the node groups: `pdkit topology --assign` places decode on the closest nodes")
+    report.add("kubernetes", "placement", "OK", "; ".join(parts))
 
 
 def add_metrics(report: Report, plan: Plan, aws: Aws, *, now: datetime) -> None:

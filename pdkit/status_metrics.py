@@ -113,6 +113,40 @@ def _specs(plan: Plan) -> list[_Spec]:
             _Spec(f"running_{role.name}", f"{role.name} running requests", c.SERVING_NAMESPACE, "RunningRequests", dims, "Average", "req"),
             _Spec(f"queued_{role.name}", f"{role.name} queued requests", c.SERVING_NAMESPACE, "QueuedRequests", dims, "Average", "req"),
         ]
+        if role.attn_dp > 1:
+            specs += [
+                _Spec(
+                    f"busiest_rank_{role.name}",
+                    f"{role.name} busiest DP rank running requests",
+                    c.SERVING_NAMESPACE,
+                    "BusiestRankRunningRequests",
+                    dims,
+                    "Average",
+                    "req",
+                ),
+                _Spec(
+                    f"dp_imbalance_{role.name}",
+                    f"{role.name} DP load imbalance (max/mean tokens)",
+                    c.SERVING_NAMESPACE,
+                    "DpTokenImbalance",
+                    dims,
+                    "Average",
+                    f"(1 = even, {role.attn_dp} = one rank busy)",
+                ),
+            ]
+        if role.reports_expert_balancedness:
+            specs.append(
+                _Spec(
+                    f"expert_balance_{role.name}",
+                    f"{role.name} expert balancedness",
+                    c.SERVING_NAMESPACE,
+                    "ExpertBalancedness",
+                    dims,
+                    "Average",
+                    "(1 = even)",
+                    fail_below=p.expert_balancedness_min,
+                )
+            )
     specs += [
         _Spec(
             "router_errors", "router 5xx share", c.SERVING_NAMESPACE, "RouterErrorRatio", cluster, "Average", "ratio", ROUTER_ERROR_RATIO

@@ -149,6 +149,6 @@ def analyse(plan: Plan, nodes: list[GpuNode]) -> Report:
         report.warnings.append(
             f"decode nodes do not share the lowest network layer: they sit under {len(bottoms)} bottom nodes, up to {worst} network nodes apart, "
             f"and the EP{plan.decode.ep} all-to-all pays that on every token{pairing}. "
-            "Measure decode TPOT before acting; placement inside a block is EC2's, so ask AWS Support if it matters"
+            "The node groups are EC2's choice; the placement below gives decode the closest instances the block has"
         )
     return report

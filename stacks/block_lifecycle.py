@@ -1,6 +1,6 @@
 """Block lifecycle automation: scale GPU node groups up when the block is delivered and to 0 at
 T-minus the drain lead (from the reservation's current end date), with notifications. Before the
-node groups go to 0 it scales the LeaderWorkerSets to 0 through the Kubernetes API, so the serving
+node groups go to 0 it scales the DisaggregatedSet's roles to 0 through the Kubernetes API, so the serving
 PodDisruptionBudgets never hold the drain (pdkit/serving/drain.py); at delivery it restores them.
 The function reaches the private API endpoint from the VPC (cluster security group ingress on 443)
 as the Kubernetes group of its access entry, which the serving objects bind to a namespaced Role.
@@ -50,6 +50,10 @@ class BlockLifecycle(Construct):
         self.topic = sns.Topic(self, "Notifications", display_name=f"{plan.name} Capacity Block", master_key=key, enforce_ssl=True)
         if plan.profile.observability.alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(plan.profile.observability.alarm_email))
+        if plan.market == "on-demand":
+            # A rehearsal has no block to start or drain: only the topic the alarms publish to.
+            cdk.CfnOutput(scope, "NotificationsTopic", value=self.topic.topic_arn)
+            return
         groups = {role.node_group_name: role.nodes for role in plan.roles.values()}
         self.function = KitFunction(
             self,

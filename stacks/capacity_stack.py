@@ -1,6 +1,10 @@
 """GPU capacity on the Capacity Block: EFA security group, placement group, launch template, the
 deploy-time guard, one managed node group per role, and the block lifecycle automation.
 
+With `capacity.market: on-demand` (a rehearsal) the node groups are ON_DEMAND with the same launch template
+minus its market options, and there is no block to guard or follow: no guard, no lifecycle function, only
+the notifications topic the alarms publish to.
+
 Desired size has one owner: it is 0 in this template, always, so a redeploy never shrinks a running
 block; the lifecycle automation and `pdkit nodes` scale at run time.
 https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html
@@ -79,8 +83,13 @@ class CapacityStack(cdk.Stack):
             for role in plan.roles.values()
         }
 
-        self.guard = ReservationGuard(
-            self, "ReservationGuard", plan=plan, reservation_id=self.reservation_id, vpc=vpc, key=key, log_retention_days=retention
+        block = plan.market == "capacity-block"
+        self.guard = (
+            ReservationGuard(
+                self, "ReservationGuard", plan=plan, reservation_id=self.reservation_id, vpc=vpc, key=key, log_retention_days=retention
+            )
+            if block
+            else None
         )
         self.node_role = iam.Role(
             self,
@@ -103,7 +112,7 @@ class CapacityStack(cdk.Stack):
                 f"{role.name.capitalize()}Nodes",
                 cluster=cluster.cluster,
                 nodegroup_name=role.node_group_name,
-                capacity_type=eks.CapacityType.CAPACITY_BLOCK,
+                capacity_type=eks.CapacityType.CAPACITY_BLOCK if block else eks.CapacityType.ON_DEMAND,
                 # No instance_types: the type is in the launch template (aws-cdk-lib 2.275 also rejects P5-family
                 # types with the NVIDIA AMI type there, AmiTypeDoesNotMatchInstanceArchitecture).
                 launch_template_spec=eks.LaunchTemplateSpec(
@@ -120,7 +129,8 @@ class CapacityStack(cdk.Stack):
                 taints=[eks.TaintSpec(key=role.taint["key"], value=role.taint["value"], effect=eks.TaintEffect.NO_SCHEDULE)],
                 enable_node_auto_repair=True,
             )
-            group.node.add_dependency(self.guard.check)
+            if self.guard:
+                group.node.add_dependency(self.guard.check)
             self.node_groups[role.name] = group
 
         self.lifecycle = BlockLifecycle(

@@ -19,12 +19,12 @@ GPU_TOLERATIONS = [
 ]
 
 # Charts whose CRDs or admission webhooks a later stack's apply goes through: Helm must wait for their pods to
-# be Ready (`helm upgrade --wait`) before CloudFormation moves on, or the serving stack's LeaderWorkerSets hit
+# be Ready (`helm upgrade --wait`) before CloudFormation moves on, or the serving stack's DisaggregatedSet hits
 # a webhook with no endpoints. The device plugins serve nothing at apply time (their DaemonSets run on GPU
 # nodes, which arrive later), so they do not hold the deploy. LWS reports Ready once its manager runs
 # (kubernetes-sigs/lws cmd/main.go: readyz is healthz.Ping), seconds before its cert rotator has the webhooks
 # serving; the serving stack's own resources (bucket, key, roles) are created first and cover that gap.
-WAIT_FOR_READY = {"lws": "the LeaderWorkerSet CRD and the mutating/validating webhooks every LeaderWorkerSet and its pods pass"}
+WAIT_FOR_READY = {"lws": "the DisaggregatedSet and LeaderWorkerSet CRDs and the webhooks they and their pods pass"}
 # aws_eks_v2 caps a chart's timeout at 15 minutes, the kubectl provider Lambda's own limit, and the same
 # Lambda also pulls and installs the chart: 10 minutes of waiting leaves it room to report a failure itself.
 CHART_WAIT_TIMEOUT = cdk.Duration.minutes(10)
@@ -82,7 +82,9 @@ class ClusterCharts(Construct):
                 "tolerations": GPU_TOLERATIONS,
                 "image": {"repository": f"{addons().eks_image_registry(plan.region)}/eks/aws-efa-k8s-device-plugin"},
             },
-            "lws": {"nodeSelector": system_labels},
+            # The DisaggregatedSet's validating webhook and editor/viewer roles; its CRD and controller ship either way
+            # (kubernetes-sigs/lws v0.10.0 charts/lws/values.yaml). The serving stack applies one DisaggregatedSet.
+            "lws": {"nodeSelector": system_labels, "enableDisaggregatedSet": True},
         }
         self.charts = {
             name: cluster.add_helm_chart(

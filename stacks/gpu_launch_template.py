@@ -49,6 +49,9 @@ class GpuLaunchTemplate(Construct):
             )
             for nic in plan.network_interfaces
         ]
+        # On-demand (a rehearsal) launches without a reservation: no market options, no reservation target; the rest
+        # of the template (interfaces, security groups, user data, root volume, placement) is the block's.
+        block = plan.market == "capacity-block"
         image_id: str | None = None
         user_data = cdk.Fn.base64(node_config.user_data())
         if plan.profile.ami.source == "custom":
@@ -61,10 +64,12 @@ class GpuLaunchTemplate(Construct):
                 # ML Capacity Blocks need the instance type in the launch template, not on the node group.
                 instance_type=plan.instance.name,
                 image_id=image_id,
-                instance_market_options=L.InstanceMarketOptionsProperty(market_type="capacity-block"),
+                instance_market_options=L.InstanceMarketOptionsProperty(market_type="capacity-block") if block else None,
                 capacity_reservation_specification=L.CapacityReservationSpecificationProperty(
                     capacity_reservation_target=L.CapacityReservationTargetProperty(capacity_reservation_id=reservation_id)
-                ),
+                )
+                if block
+                else None,
                 metadata_options=metadata_options(),
                 monitoring=detailed_monitoring(),
                 block_device_mappings=[gpu_root_volume(plan)],

@@ -26,7 +26,9 @@ from stacks.network_stack import NetworkStack
 from stacks.policy import acknowledge
 
 KEEP_IMAGES = 10
-YAML_PIN = "pyyaml==6.0.3"  # containers/build_args.py needs PyYAML on the build host
+# containers/build_args.py (through containers/versions.py) needs PyYAML and pydantic on the build host,
+# at the kit's own pins (requirements.txt; tests/test_images.py keeps them equal).
+BUILD_HOST_PINS = ("pyyaml==6.0.4", "pydantic==2.14.4")
 BASE_DIGESTS = "base-digests.txt"  # component=sha256:... of every base image a build resolved
 
 
@@ -195,7 +197,7 @@ def _build_spec(plan: Plan, registry: str) -> dict[str, Any]:
         "version": "0.2",
         "env": {"exported-variables": ["BASE_IMAGE_DIGESTS"]},
         "phases": {
-            "install": {"commands": [f"pip3 install --quiet {YAML_PIN}"]},
+            "install": {"commands": [f"pip3 install --quiet {' '.join(BUILD_HOST_PINS)}"]},
             "pre_build": {"commands": ["aws ecr get-login-password | docker login --username AWS --password-stdin $REGISTRY"]},
             "build": {"commands": steps},
             "post_build": {"commands": [f'export BASE_IMAGE_DIGESTS="$(sort -u {BASE_DIGESTS} 2>/dev/null | paste -sd " " -)"']},

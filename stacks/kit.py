@@ -36,7 +36,9 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         network=network,
         cluster=cluster,
         env=env,
-        description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_label}, guard, lifecycle automation",
+        description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_label}, guard, lifecycle automation"
+        if plan.market == "capacity-block"
+        else f"{plan.name}: on-demand GPU node groups (rehearsal of {plan.rehearses or 'a block profile'})",
     )
     images = ImagesStack(
         app,
@@ -52,7 +54,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         plan=plan,
         cluster=cluster,
         env=env,
-        description=f"{plan.name}: weights bucket, serving identity, LeaderWorkerSets and router",
+        description=f"{plan.name}: weights bucket, serving identity, DisaggregatedSet and router",
     )
     serving.add_stack_dependency(images, reason="pods pull the images the images stack names")
     observability = ObservabilityStack(

@@ -47,7 +47,12 @@ class ObservabilityStack(cdk.Stack):
         key = logs_key(self, "ObservabilityKey", description=f"{plan.name}: observability functions (logs, dead letters)")
 
         self.prometheus = ServingPrometheus(self, "Prometheus", plan=plan, cluster=cluster.cluster, subnets=vpc.private_subnets)
-        self.block_clock = BlockClock(self, "BlockClock", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
+        # An on-demand rehearsal has no block whose minutes to count.
+        self.block_clock = (
+            BlockClock(self, "BlockClock", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
+            if plan.market == "capacity-block"
+            else None
+        )
         self.serving_metrics = ServingMetrics(
             self,
             "ServingMetrics",

@@ -34,9 +34,9 @@ def _error(raw: dict) -> str:
 def _images(objs: list[dict]) -> dict[str, set[str]]:
     out = {}
     for obj in objs:
-        if obj["kind"] == "LeaderWorkerSet":
-            spec = obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-            out[obj["metadata"]["name"]] = {c["image"] for c in spec["initContainers"] + spec["containers"]}
+        for role in obj["spec"]["roles"] if obj["kind"] == "DisaggregatedSet" else []:
+            spec = role["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+            out[role["name"]] = {c["image"] for c in spec["initContainers"] + spec["containers"]}
     return out
 
 
@@ -76,8 +76,8 @@ def test_ab_profile_runs_prefill_from_the_deepep_image():
     registry = inputs.default_registry(ab)
     images = _images(manifests.render(ab, inputs.from_plan(ab)))
     assert images == {
-        f"{ab.name}-prefill": {ab.images["sglang-deepep"].uri(registry)},
-        f"{ab.name}-decode": {ab.images["sglang-efa"].uri(registry)},
+        "prefill": {ab.images["sglang-deepep"].uri(registry)},
+        "decode": {ab.images["sglang-efa"].uri(registry)},
     }
     assert _plan(None).name == ab.name, "the same deployment, so the A/B swaps the backend in place on one block"
 

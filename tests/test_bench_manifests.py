@@ -75,6 +75,11 @@ def test_every_flag_is_one_sglang_0_5_23_accepts(objs):
         assert flags <= known, flags - known
 
 
+def test_unknown_workload_is_one_line(plan):
+    with pytest.raises(KitError, match=r"unknown workload 'sharegpt'\. Fix: use one of random, shared-prefix"):
+        manifests.render(plan, image=IMAGE, run_id="r1", levels=(1,), deadline_s=60, workload="sharegpt")
+
+
 def test_the_flag_check_can_fail():
     help_text = (BENCH / "bench_serving_help.txt").read_text()
     assert "--random-range" not in set(re.findall(r"--[a-z][a-z0-9-]*", help_text))

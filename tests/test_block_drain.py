@@ -1,6 +1,6 @@
 """The end-of-block drain never meets a PodDisruptionBudget: the lifecycle Lambda scales the
-LeaderWorkerSets to 0 through the Kubernetes API and waits for their pods before it scales the GPU
-node groups, and restores them at delivery. The Kubernetes API is faked behind the injected HTTP
+DisaggregatedSet's roles to 0 through the Kubernetes API and waits for their pods before it scales the
+GPU node groups, and restores them at delivery. The Kubernetes API is faked behind the injected HTTP
 opener and authorizes each call against the Role the serving objects render; EKS and SNS are
 botocore Stubbers; a real TLS server on 127.0.0.1 checks the CA handling."""
 
@@ -42,21 +42,34 @@ def the_plan(kit):
 
 
 class FakeKube:
-    """LeaderWorkerSets and their pods in one namespace. Every request is authorized against the rules
-    of the Role the serving objects render for the lifecycle; pods of a LeaderWorkerSet scaled to 0
-    disappear after `pods_linger` more pod listings (never, with None)."""
+    """One DisaggregatedSet and its pods in one namespace. Every request is authorized against the rules
+    of the Role the serving objects render for the lifecycle. A PATCH is a JSON patch (RFC 6902: a failed
+    `test` refuses the whole patch) and the result must pass the CRD's rule that replicas are all zero or
+    all non-zero (kubernetes-sigs/lws v0.10.0 api/disaggregatedset/v1/disaggregatedset_types.go), as the
+    API server checks it. A scaled LeaderWorkerSet is reverted by the controller, so the fake serves
+    none. Pods of a role scaled to 0 disappear after `pods_linger` more pod listings (never, with None)."""
 
     def __init__(self, plan, log, *, pods_linger=1, unreachable=None, present=True):
         self.log = log
         self.namespace = names.namespace(plan)
+        self.name = names.disaggregated_set(plan)
         self.role = manifests.block_lifecycle_role(plan)
-        wanted = drain.drain_plan(plan).leader_worker_sets
-        self.replicas = dict(wanted) if present else {}
-        self.pods = {name: [f"{name}-0", f"{name}-0-1"] for name in self.replicas}
+        (ds,) = [o for o in manifests.render(plan, inputs.from_plan(plan)) if o["kind"] == "DisaggregatedSet"]
+        self.spec = json.loads(json.dumps(ds["spec"])) if present else None
+        self.pods = {r["name"]: [f"{self.name}-0-5d8f-{r['name']}-0", f"{self.name}-0-5d8f-{r['name']}-0-1"] for r in ds["spec"]["roles"]}
         self.pods_linger = pods_linger
         self.countdown: dict[str, int] = {}
         self.unreachable = unreachable
         self.tokens: list[str] = []
+        self.patches: list[list[dict]] = []
+
+    @property
+    def replicas(self):
+        return {r["name"]: r["spec"]["replicas"] for r in self.spec["roles"]}
+
+    def set_replicas(self, count):
+        for r in self.spec["roles"]:
+            r["spec"]["replicas"] = count
 
     def connect(self):
         return kube_api.KubeApi("https://api.example.eks.amazonaws.com", bearer=lambda: "k8s-aws-v1.test", opener=self)
@@ -71,6 +84,24 @@ class FakeKube:
         body = json.dumps({"kind": "Status", "code": code, "message": message}).encode()
         return urllib.error.HTTPError(url, code, message, {}, io.BytesIO(body))
 
+    def _json_patch(self, url, ops):
+        doc = {"spec": json.loads(json.dumps(self.spec))}
+        for op in ops:
+            *parents, last = op["path"].strip("/").split("/")
+            node = doc
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            key = int(last) if isinstance(node, list) else last
+            if op["op"] == "test" and node[key] != op["value"]:
+                raise self._error(url, 422, f"the server rejected our request: test failed at {op['path']}")
+            if op["op"] == "replace":
+                node[key] = op["value"]
+            assert op["op"] in ("test", "replace"), op
+        counts = [r["spec"].get("replicas", 0) for r in doc["spec"]["roles"]]
+        if not (all(c == 0 for c in counts) or all(c > 0 for c in counts)):
+            raise self._error(url, 422, "replicas must be zero for all non-External roles or non-zero for all non-External roles")
+        return doc["spec"]
+
     def __call__(self, request, timeout):
         assert timeout <= kube_api.REQUEST_TIMEOUT_SECONDS
         if self.unreachable is not None:
@@ -78,33 +109,36 @@ class FakeKube:
         self.tokens.append(request.get_header("Authorization"))
         url = urllib.parse.urlsplit(request.full_url)
         method = request.get_method()
-        lws_prefix = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{self.namespace}/leaderworkersets/"
-        if method == "PATCH" and url.path.startswith(lws_prefix):
-            name = url.path.removeprefix(lws_prefix)
-            if not self._allowed("patch", "leaderworkersets", name):
-                raise self._error(request.full_url, 403, f"leaderworkersets {name} is forbidden")
-            if name not in self.replicas:
-                raise self._error(request.full_url, 404, f'leaderworkersets.leaderworkerset.x-k8s.io "{name}" not found')
-            assert request.get_header("Content-type") == "application/merge-patch+json"
-            replicas = json.loads(request.data)["spec"]["replicas"]
-            self.replicas[name] = replicas
-            self.log.append(("patch", name, replicas))
-            if replicas == 0:
-                self.countdown[name] = self.pods_linger if self.pods_linger is not None else -1
-            else:
-                self.countdown.pop(name, None)
-            return io.BytesIO(json.dumps({"kind": "LeaderWorkerSet", "spec": {"replicas": replicas}}).encode())
+        ds_prefix = f"/apis/disaggregatedset.x-k8s.io/v1/namespaces/{self.namespace}/disaggregatedsets/"
+        if method == "PATCH" and url.path.startswith(ds_prefix):
+            name = url.path.removeprefix(ds_prefix)
+            if not self._allowed("patch", "disaggregatedsets", name):
+                raise self._error(request.full_url, 403, f"disaggregatedsets {name} is forbidden")
+            if self.spec is None or name != self.name:
+                raise self._error(request.full_url, 404, f'disaggregatedsets.disaggregatedset.x-k8s.io "{name}" not found')
+            assert request.get_header("Content-type") == "application/json-patch+json"
+            ops = json.loads(request.data)
+            self.patches.append(ops)
+            self.spec = self._json_patch(request.full_url, ops)
+            for role, replicas in self.replicas.items():
+                self.log.append(("patch", role, replicas))
+                if replicas == 0:
+                    self.countdown[role] = self.pods_linger if self.pods_linger is not None else -1
+                else:
+                    self.countdown.pop(role, None)
+            return io.BytesIO(json.dumps({"kind": "DisaggregatedSet", "spec": self.spec}).encode())
         if method == "GET" and url.path == f"/api/v1/namespaces/{self.namespace}/pods":
             if not self._allowed("list", "pods", None):
                 raise self._error(request.full_url, 403, "pods is forbidden")
             (selector,) = urllib.parse.parse_qs(url.query)["labelSelector"]
             key, value = selector.split("=")
-            assert key == names.LWS_NAME_LABEL
-            if self.countdown.get(value) == 0:
-                self.pods[value] = []
-            elif self.countdown.get(value, -1) > 0:
-                self.countdown[value] -= 1
-            items = [{"metadata": {"name": p}} for p in self.pods.get(value, [])]
+            assert (key, value) == (names.DS_NAME_LABEL, self.name)
+            for role in self.pods:
+                if self.countdown.get(role) == 0:
+                    self.pods[role] = []
+                elif self.countdown.get(role, -1) > 0:
+                    self.countdown[role] -= 1
+            items = [{"metadata": {"name": p}} for pods in self.pods.values() for p in pods]
             self.log.append(("pods", value, len(items)))
             return io.BytesIO(json.dumps({"kind": "PodList", "items": items}).encode())
         raise self._error(request.full_url, 404, f"no route for {method} {url.path}")
@@ -224,15 +258,15 @@ def test_serving_scales_to_zero_and_its_pods_go_before_the_node_groups(env, the_
     aws.notified()
     result = aws.run(event, kube)
     assert result["serving"] == "drained"
-    lws = set(drain.drain_plan(the_plan).leader_worker_sets)
-    assert {(e[1], e[2]) for e in log if e[0] == "patch"} == {(name, 0) for name in lws}
-    # Every LeaderWorkerSet is at 0 and its last pod listing came back empty before any node group changes.
+    roles = drain.drain_plan(the_plan).roles
+    assert {(e[1], e[2]) for e in log if e[0] == "patch"} == {(role, 0) for role in roles}
+    assert len(kube.patches) == 1, "one patch for every role: the CRD refuses some at 0 and others not"
+    # Every role is at 0 and the last pod listing came back empty before any node group changes.
     first_update = _first(log, "nodegroup")
     assert _last(log, "patch") < first_update
-    for name in lws:
-        listings = [i for i, e in enumerate(log) if e[:2] == ("pods", name)]
-        assert log[listings[-1]][2] == 0
-        assert listings[-1] < first_update
+    listings = [i for i, e in enumerate(log) if e[:2] == ("pods", names.disaggregated_set(the_plan))]
+    assert log[listings[-1]][2] == 0
+    assert listings[-1] < first_update
     assert [e for e in log[first_update:] if e[0] != "nodegroup"] == []
     assert {e[1]: e[2] for e in log if e[0] == "nodegroup"} == dict.fromkeys(GROUPS, 0)
     assert "pods are gone" in aws.messages[0]
@@ -285,7 +319,8 @@ def test_an_unreachable_api_still_scales_the_node_groups(env, the_plan, failure,
     (message,) = aws.messages
     assert "Serving objects NOT scaled to 0" in message
     assert words in message
-    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-prefill --replicas=0" in message
+    assert "kubectl -n pd-serving patch disaggregatedset glm51-2p2d-pd --type=json -p '[" in message
+    assert '{"op":"replace","path":"/spec/roles/0/spec/replicas","value":0}' in message
 
 
 def test_a_forbidden_api_still_scales_the_node_groups(env, the_plan):
@@ -329,16 +364,15 @@ def test_drained_groups_are_left_alone_without_calling_kubernetes(env, the_plan)
 def test_delivered_scales_node_groups_up_then_restores_the_plans_replicas(env, the_plan):
     log: list = []
     kube, aws = FakeKube(the_plan, log), Aws(log)
-    for name in kube.replicas:
-        kube.replicas[name] = 0
+    kube.set_replicas(0)
     aws.nodegroups(current=0, target=2)
     aws.notified()
     assert aws.run(DELIVERED, kube) == {"action": "scale-up", "serving": "restored"}
     assert _last(log, "nodegroup") < _first(log, "patch")
-    wanted = drain.drain_plan(the_plan).leader_worker_sets
+    wanted = drain.drain_plan(the_plan).roles
     assert kube.replicas == wanted
     assert sorted((e[1], e[2]) for e in log if e[0] == "patch") == sorted(wanted.items())
-    assert "Serving restored to the plan's replicas (glm51-2p2d-decode: 1, glm51-2p2d-prefill: 1)" in aws.messages[0]
+    assert "Serving restored to the plan's replicas (prefill: 1, decode: 1)" in aws.messages[0]
 
 
 def test_delivered_with_an_unreachable_api_still_scales_up_and_says_so(env, the_plan):
@@ -349,7 +383,8 @@ def test_delivered_with_an_unreachable_api_still_scales_up_and_says_so(env, the_
     assert aws.run(DELIVERED, kube)["serving"] == "failed"
     assert [e[0] for e in log] == ["nodegroup", "nodegroup"]
     assert "Serving objects NOT restored" in aws.messages[0]
-    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-decode --replicas=1" in aws.messages[0]
+    assert "kubectl -n pd-serving patch disaggregatedset glm51-2p2d-pd" in aws.messages[0]
+    assert '{"op":"replace","path":"/spec/roles/1/spec/replicas","value":1}' in aws.messages[0]
 
 
 # --- the token ----------------------------------------------------------------------------------------
@@ -532,9 +567,9 @@ def tls_api(tmp_path):
 def test_the_api_is_reached_over_tls_trusting_the_cluster_ca(tls_api):
     endpoint, ca, _ = tls_api
     api = kube_api.KubeApi(endpoint, bearer=lambda: "k8s-aws-v1.abc", opener=kube_api.tls_opener(ca), timeout=5)
-    assert api.pods("pd-serving", {names.LWS_NAME_LABEL: "glm51-2p2d-decode"}) == ["p-0"]
+    assert api.pods("pd-serving", {names.DS_NAME_LABEL: "glm51-2p2d-pd"}) == ["p-0"]
     ((path, auth),) = _ApiHandler.seen
-    assert path == "/api/v1/namespaces/pd-serving/pods?labelSelector=leaderworkerset.sigs.k8s.io%2Fname%3Dglm51-2p2d-decode"
+    assert path == "/api/v1/namespaces/pd-serving/pods?labelSelector=disaggregatedset.x-k8s.io%2Fname%3Dglm51-2p2d-pd"
     assert auth == "Bearer k8s-aws-v1.abc"
 
 
@@ -542,7 +577,7 @@ def test_a_server_the_cluster_ca_did_not_sign_is_refused(tls_api):
     endpoint, _, other = tls_api
     api = kube_api.KubeApi(endpoint, bearer=lambda: "k8s-aws-v1.abc", opener=kube_api.tls_opener(other), timeout=5)
     with pytest.raises(kube_api.ApiError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
-        api.pods("pd-serving", {names.LWS_NAME_LABEL: "x"})
+        api.pods("pd-serving", {names.DS_NAME_LABEL: "x"})
     assert _ApiHandler.seen == []
 
 
@@ -557,10 +592,10 @@ def test_plain_http_endpoints_are_refused():
 def test_the_role_allows_exactly_what_the_lifecycle_calls(the_plan):
     role = manifests.block_lifecycle_role(the_plan)
     binding = manifests.block_lifecycle_binding(the_plan)
-    lws = sorted(drain.drain_plan(the_plan).leader_worker_sets)
+    ds = [drain.drain_plan(the_plan).disaggregated_set]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == names.namespace(the_plan)
     assert role["rules"] == [
-        {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "resourceNames": lws, "verbs": ["get", "patch"]},
+        {"apiGroups": ["disaggregatedset.x-k8s.io"], "resources": ["disaggregatedsets"], "resourceNames": ds, "verbs": ["get", "patch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
@@ -589,8 +624,9 @@ def test_lifecycle_function_knows_the_api_and_the_serving_objects(kit):
     assert env["SERVING"] == wanted["SERVING"]
     assert json.loads(env["SERVING"]) == {
         "namespace": "pd-serving",
-        "pod_label": names.LWS_NAME_LABEL,
-        "leader_worker_sets": {"glm51-2p2d-prefill": 1, "glm51-2p2d-decode": 1},
+        "pod_label": names.DS_NAME_LABEL,
+        "disaggregated_set": "glm51-2p2d-pd",
+        "roles": [{"name": "prefill", "replicas": 1}, {"name": "decode", "replicas": 1}],
     }
     assert env["DRAIN_WAIT_SECONDS"] == "600"
     # The pod wait and the node group calls fit in one invocation.
@@ -640,3 +676,41 @@ def test_the_deployed_lifecycle_asset_holds_its_own_modules(kit):
     asset = Path(kit.assembly.directory) / ("asset." + fn["Properties"]["Code"]["S3Key"].removesuffix(".zip"))
     files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
     assert {"pdkit/functions/block_lifecycle.py", "pdkit/functions/kube_api.py", "pdkit/reservation.py"} <= files
+
+
+# --- the DisaggregatedSet patch -------------------------------------------------------------------------
+
+
+def test_the_drain_patches_the_disaggregated_set_not_its_leader_worker_sets(env, the_plan):
+    """The DisaggregatedSet controller owns the LeaderWorkerSets it creates and puts their replicas back
+    (kubernetes-sigs/lws v0.10.0 docs/examples/disaggregatedset.md: scale a role by patching
+    /spec/roles/<i>/spec/replicas on the DisaggregatedSet). The JSON patch sets every role in one request
+    (the CRD's CEL rule refuses a mix of zero and non-zero) and tests each role's name at its index."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, pods_linger=0), Aws(log)
+    aws.ending_in(59)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube)["serving"] == "drained"
+    (ops,) = kube.patches
+    assert ops == [
+        {"op": "test", "path": "/spec/roles/0/name", "value": "prefill"},
+        {"op": "replace", "path": "/spec/roles/0/spec/replicas", "value": 0},
+        {"op": "test", "path": "/spec/roles/1/name", "value": "decode"},
+        {"op": "replace", "path": "/spec/roles/1/spec/replicas", "value": 0},
+    ]
+    assert kube.replicas == {"prefill": 0, "decode": 0}
+
+
+def test_a_reordered_disaggregated_set_is_refused_not_mis_scaled(env, the_plan):
+    """RFC 6902: a failed `test` fails the whole patch. If someone reordered spec.roles, no role is scaled
+    to another's replicas; the drain reports it and the node groups still go."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    kube.spec["roles"].reverse()
+    aws.ending_in(50)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube)["serving"] == "failed"
+    assert "test failed" in aws.messages[0]
+    assert [e[0] for e in log] == ["nodegroup", "nodegroup"]

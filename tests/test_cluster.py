@@ -135,11 +135,12 @@ def test_lws_controller_runs_on_system_nodes(kit):
 
 
 # Which chart's admission webhooks (failurePolicy: Fail) each object the serving stack applies passes through:
-#   kubernetes-sigs/lws v0.10.0 charts/lws/templates/webhook/: LeaderWorkerSet mutating + validating webhooks, and a
-#     pod webhook for pods carrying the leaderworkerset.sigs.k8s.io labels;
+#   kubernetes-sigs/lws v0.10.0 charts/lws/templates/webhook/: LeaderWorkerSet mutating + validating webhooks, a
+#     pod webhook for pods carrying the leaderworkerset.sigs.k8s.io labels, and (enableDisaggregatedSet) the
+#     DisaggregatedSet validating webhook;
 #   aws/eks-charts aws-load-balancer-controller templates/webhook.yaml: `mservice.elbv2.k8s.aws` on every Service.
 # The CRD itself (leaderworkerset.x-k8s.io) comes from the lws chart too.
-WEBHOOKS_BY_KIND = {"LeaderWorkerSet": "lws", "Service": "aws-load-balancer-controller"}
+WEBHOOKS_BY_KIND = {"DisaggregatedSet": "lws", "LeaderWorkerSet": "lws", "Service": "aws-load-balancer-controller"}
 
 
 def _serving_kinds(kit) -> set[str]:

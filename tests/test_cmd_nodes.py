@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -176,14 +177,14 @@ def test_timeout_reports_the_node_group_health(aws, tmp_path, capsys):
 
 
 class FakeLws:
-    """The Kubernetes side of `nodes up|down`: records each LeaderWorkerSet scale, in call order."""
+    """The Kubernetes side of `nodes up|down`: records each scale of the DisaggregatedSet's roles, in call order."""
 
     def __init__(self, events: list[str], *, missing: bool = False) -> None:
         self.events = events
         self.missing = missing
 
-    def scale_leader_worker_set(self, namespace: str, name: str, replicas: int) -> bool:
-        self.events.append(f"lws {namespace}/{name}={replicas}")
+    def scale_roles(self, namespace: str, name: str, replicas: dict[str, int]) -> bool:
+        self.events.append(f"ds {namespace}/{name} " + ",".join(f"{role}={count}" for role, count in replicas.items()))
         return not self.missing
 
 
@@ -215,7 +216,9 @@ def no_kubeconfig(monkeypatch):
 
 
 def test_down_scales_serving_to_zero_before_the_node_groups(aws, order, monkeypatch, capsys):
-    """A PodDisruptionBudget can hold a node drain, but not a LeaderWorkerSet scaled to 0: pods go first."""
+    """A PodDisruptionBudget can hold a node drain, but not roles scaled to 0: pods go first. The roles are
+    scaled on the DisaggregatedSet, whose controller reverts a scaled LeaderWorkerSet (kubernetes-sigs/lws
+    v0.10.0 docs/examples/disaggregatedset.md, "Scaling replicas within a role")."""
     from pdkit import kube
 
     monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
@@ -226,8 +229,7 @@ def test_down_scales_serving_to_zero_before_the_node_groups(aws, order, monkeypa
         stub_update_status(aws, group, f"u-{group}", "Successful")
     assert main(["nodes", "down", "--no-wait"]) == 0
     assert order == [
-        "lws pd-serving/glm51-2p2d-prefill=0",
-        "lws pd-serving/glm51-2p2d-decode=0",
+        "ds pd-serving/glm51-2p2d-pd prefill=0,decode=0",
         "eks glm51-2p2d-prefill=0",
         "eks glm51-2p2d-decode=0",
     ]
@@ -245,7 +247,7 @@ def test_up_restores_the_plans_replicas_after_sizing_the_node_groups(aws, tmp_pa
     for group in GROUPS:
         stub_update_status(aws, group, f"u-{group}", "Successful")
     assert main(["nodes", "up", "--no-wait", "--profile", real_profile(tmp_path)]) == 0
-    assert order[-2:] == ["lws pd-serving/glm51-2p2d-prefill=1", "lws pd-serving/glm51-2p2d-decode=1"]
+    assert order[-1] == "ds pd-serving/glm51-2p2d-pd prefill=1,decode=1"
     assert order[0].startswith("eks ")
 
 
@@ -258,7 +260,10 @@ def test_unreachable_api_prints_the_kubectl_commands_and_still_scales(aws, order
     assert main(["nodes", "down", "--no-wait"]) == 0
     out = capsys.readouterr().out
     assert "serving NOT scaled to 0" in out
-    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-decode --replicas=0" in out
+    assert (
+        "kubectl -n pd-serving patch disaggregatedset glm51-2p2d-pd --type=json -p "
+        """'[{"op":"test","path":"/spec/roles/0/name","value":"prefill"},{"op":"replace","path":"/spec/roles/0/spec/replicas","value":0},"""
+    ) in out, "a command the operator can paste: the JSON patch is shell-quoted"
     assert order == ["eks glm51-2p2d-prefill=0", "eks glm51-2p2d-decode=0"]
 
 
@@ -272,27 +277,65 @@ def test_no_serving_leaves_the_leader_worker_sets_alone(aws, order, monkeypatch,
     for group in GROUPS:
         stub_update_status(aws, group, f"u-{group}", "Successful")
     assert main(["nodes", "down", "--no-wait", "--no-serving"]) == 0
-    assert not any(e.startswith("lws") for e in order)
+    assert not any(e.startswith("ds") for e in order)
 
 
-def test_kube_scale_is_a_merge_patch_of_replicas_and_404_means_not_deployed():
+class _Response:
+    """What the kubernetes client's REST layer hands back (kubernetes.client.rest.RESTResponse)."""
+
+    def __init__(self, status: int, body: dict) -> None:
+        self.status, self.reason, self.data = status, "OK" if status < 400 else "Error", json.dumps(body).encode()
+
+    def getheaders(self) -> dict[str, str]:
+        return {"content-type": "application/json"}
+
+    def getheader(self, name: str, default: str | None = None) -> str | None:
+        return self.getheaders().get(name.lower(), default)
+
+
+def _custom_api(sent: list, status: int = 200):
+    """The real CustomObjectsApi, its HTTP layer replaced by a recorder: the path, the content type and the
+    body are the client's own choices (kubernetes 36 api_client.select_header_content_type)."""
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    api = client.ApiClient(client.Configuration(host="https://127.0.0.1:8443"))
+
+    def request(method, url, query_params=None, headers=None, body=None, **_):
+        sent.append((method, url, headers.get("Content-Type"), body))
+        if status >= 400:
+            raise ApiException(http_resp=_Response(status, {"kind": "Status", "code": status}))
+        return _Response(status, {"kind": "DisaggregatedSet"})
+
+    api.rest_client.request = request
+    return client.CustomObjectsApi(api)
+
+
+def test_kube_scales_the_roles_with_one_json_patch_of_the_disaggregated_set():
+    """The controller reverts a scaled LeaderWorkerSet, so the roles' replicas on the DisaggregatedSet are
+    patched; a custom resource takes no strategic merge patch, and a merge patch would replace the whole
+    roles list, so it is an RFC 6902 JSON patch (application/json-patch+json)."""
     from pdkit import kube
 
-    calls = []
+    sent: list = []
+    assert kube.Kube(core=None, apps=None, custom=_custom_api(sent)).scale_roles("ns", "glm51-2p2d-pd", {"prefill": 0, "decode": 0}) is True
+    ((method, url, content_type, body),) = sent
+    assert (method, url) == (
+        "PATCH",
+        "https://127.0.0.1:8443/apis/disaggregatedset.x-k8s.io/v1/namespaces/ns/disaggregatedsets/glm51-2p2d-pd",
+    )
+    assert content_type == "application/json-patch+json"
+    assert body == [
+        {"op": "test", "path": "/spec/roles/0/name", "value": "prefill"},
+        {"op": "replace", "path": "/spec/roles/0/spec/replicas", "value": 0},
+        {"op": "test", "path": "/spec/roles/1/name", "value": "decode"},
+        {"op": "replace", "path": "/spec/roles/1/spec/replicas", "value": 0},
+    ]
 
-    class Custom:
-        def __init__(self, status=None):
-            self.status = status
 
-        def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body, _request_timeout):
-            calls.append((group, version, namespace, plural, name, body))
-            if self.status:
-                raise ApiException(status=self.status)
+def test_kube_scale_404_means_not_deployed_and_403_says_how_to_get_access():
+    from pdkit import kube
 
-    assert kube.Kube(core=None, apps=None, custom=Custom()).scale_leader_worker_set("ns", "lws", 3) is True
-    assert calls == [("leaderworkerset.x-k8s.io", "v1", "ns", "leaderworkersets", "lws", {"spec": {"replicas": 3}})]
-    assert kube.Kube(core=None, apps=None, custom=Custom(404)).scale_leader_worker_set("ns", "lws", 0) is False
+    assert kube.Kube(core=None, apps=None, custom=_custom_api([], 404)).scale_roles("ns", "ds", {"prefill": 1, "decode": 1}) is False
     with pytest.raises(kube.KubeUnreachable, match="refused your identity"):
-        kube.Kube(core=None, apps=None, custom=Custom(403)).scale_leader_worker_set("ns", "lws", 0)
+        kube.Kube(core=None, apps=None, custom=_custom_api([], 403)).scale_roles("ns", "ds", {"prefill": 1, "decode": 1})

@@ -124,3 +124,125 @@ def test_network_nodes_between_two_instances(a, b, expected):
         return GpuNode("i", "decode", "g", "running", "az", "cr", path)
 
     assert network_nodes_between(node(a), node(b)) == expected
+
+
+# --- role assignment from the topology (pdkit/placement.py) ---------------------------------------------
+
+# EC2 gave the decode node group one instance under nn-c and one under nn-f, while a prefill instance
+# shares nn-c with decode: the per-role node groups alone cannot put decode together.
+SPLIT = {
+    "i-0d1": ["nn-a", "nn-b", "nn-c"],
+    "i-0d2": ["nn-a", "nn-e", "nn-f"],
+    "i-0p1": ["nn-a", "nn-b", "nn-c"],
+    "i-0p2": ["nn-a", "nn-e", "nn-g"],
+}
+# No two instances share a bottom node; the closest pair (d1, p1) meets one layer up.
+APART = {
+    "i-0d1": ["nn-a", "nn-b", "nn-c"],
+    "i-0d2": ["nn-x", "nn-y", "nn-z"],
+    "i-0p1": ["nn-a", "nn-b", "nn-d"],
+    "i-0p2": ["nn-u", "nn-v", "nn-w"],
+}
+
+
+def test_assignment_gives_decode_the_pair_that_shares_a_bottom_node(aws, tmp_path, capsys):
+    """Instances under the same bottom network node are the closest (EC2 User Guide, How instance topology works:
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/how-ec2-instance-topology-works.html); the pair under nn-c
+    becomes decode even though EC2 put one of them in the prefill node group."""
+    stub_nodes(aws, SPLIT)
+    assert main(["topology", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["placement"]
+    assert chosen["roles"] == {"prefill": ["i-0d2", "i-0p2"], "decode": ["i-0d1", "i-0p1"]}
+    assert chosen["decode_shares_bottom_network_node"] is True
+    assert chosen["moved_from_node_group_role"] == ["i-0d2", "i-0p1"]
+    assert chosen["warnings"] == []
+
+
+def test_assignment_keeps_node_group_roles_when_decode_already_shares(aws, tmp_path, capsys):
+    """Ties keep the node groups' roles, so a block EC2 placed well is not relabelled."""
+    stub_nodes(aws, TOGETHER)
+    assert main(["topology", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)["placement"]
+    assert chosen["roles"]["decode"] == ["i-0d1", "i-0d2"]
+    assert chosen["moved_from_node_group_role"] == []
+
+
+def test_a_block_with_no_shared_bottom_node_still_assigns_every_node_and_warns(aws, tmp_path, capsys):
+    """When DescribeInstanceTopology shows no two instances under one bottom node, decode gets the closest pair
+    (3 network nodes apart: one layer up) and every instance keeps a role, so no pod waits for a node that cannot exist."""
+    stub_nodes(aws, APART)
+    assert main(["topology", "--profile", real_profile(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "WARN: no 2 instances of the block share a bottom network node: decode gets the closest 2 (3 network nodes apart)" in out
+    assert "Placement from the topology: prefill: i-0d2, i-0p2; decode: i-0d1, i-0p1" in out
+    assert "pdkit topology --assign" in out
+
+
+class LabellingCore:
+    """CoreV1Api stand-in: list_node and patch_node (a merge patch of the Node's labels)."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.patches: list[tuple[str, dict]] = []
+
+    def list_node(self, *, label_selector, _request_timeout):
+        from kubernetes.client import V1NodeList
+
+        return V1NodeList(items=self.nodes)
+
+    def patch_node(self, name, body, *, _request_timeout):
+        self.patches.append((name, body))
+
+
+def test_assign_labels_each_node_with_its_placed_role(aws, tmp_path, capsys, monkeypatch):
+    """`--assign` merge-patches pdkit/placed-role onto each Node, found by its providerID (aws:///<az>/<instance id>)."""
+    from pdkit import kube
+    from tests.fixtures.cmd_support import k8s_node
+
+    core = LabellingCore(
+        [
+            k8s_node(f"ip-{i}", role, instance_id=i)
+            for i, role in (("i-0d1", "decode"), ("i-0d2", "decode"), ("i-0p1", "prefill"), ("i-0p2", "prefill"))
+        ]
+    )
+    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=None, custom=None))
+    stub_nodes(aws, SPLIT)
+    assert main(["topology", "--profile", real_profile(tmp_path), "--assign"]) == 0
+    assert sorted(core.patches) == sorted(
+        (f"ip-{i}", {"metadata": {"labels": {"pdkit/placed-role": role}}})
+        for i, role in (("i-0d1", "decode"), ("i-0p1", "decode"), ("i-0d2", "prefill"), ("i-0p2", "prefill"))
+    )
+    assert "pdkit status" in capsys.readouterr().out
+
+
+def test_assign_before_the_nodes_register_is_one_line(aws, tmp_path, capsys, monkeypatch):
+    """A Node object exists only once the kubelet registers; labelling half the block would split the roles."""
+    from pdkit import kube
+    from tests.fixtures.cmd_support import k8s_node
+
+    core = LabellingCore([k8s_node("ip-1", "decode", instance_id="i-0d1")])
+    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=None, custom=None))
+    stub_nodes(aws, SPLIT)
+    assert main(["topology", "--profile", real_profile(tmp_path), "--assign"]) == 2
+    err = capsys.readouterr().err
+    assert "not registered in Kubernetes yet" in err
+    assert "Traceback" not in err
+    assert core.patches == []
+
+
+def test_before_every_node_has_launched_roles_stay_with_the_node_groups(tmp_path):
+    """DescribeInstances lists only launched instances; assigning roles from three of four would hand decode a node
+    that prefill's last instance might beat, so the node groups' roles stand until the whole block is there."""
+    from pdkit.context import load_plan
+    from pdkit.placement import assign
+
+    plan = load_plan(real_profile(tmp_path))
+    nodes = [
+        GpuNode("i-0d1", "decode", "g-d", "running", "az", "cr", ("nn-a", "nn-b", "nn-c")),
+        GpuNode("i-0d2", "decode", "g-d", "running", "az", "cr", ("nn-a", "nn-e", "nn-f")),
+        GpuNode("i-0p1", "prefill", "g-p", "running", "az", "cr", ("nn-a", "nn-b", "nn-c")),
+    ]
+    chosen = assign(plan, nodes)
+    assert chosen.roles == {"prefill": ["i-0p1"], "decode": ["i-0d1", "i-0d2"]}
+    assert chosen.moved == []
+    assert chosen.warnings == ["3 of 4 planned GPU nodes found: roles stay with the node groups until all have joined"]

@@ -131,7 +131,7 @@ def test_nccl_pending_for_gpus_says_to_scale_serving_down(plan, th):
     run = JobRun(problem="pod nccl-x-0 cannot be scheduled: 0/6 nodes are available: 4 Insufficient nvidia.com/gpu.")
     rows = checks.nccl_checks(plan, th, run)
     assert rows[0].status == FAIL
-    assert "kubectl -n pd-serving scale leaderworkerset/glm51-2p2d-prefill --replicas=0" in rows[0].next_step
+    assert "kubectl -n pd-serving patch disaggregatedset glm51-2p2d-pd --type=json -p '[" in rows[0].next_step
 
 
 def test_uccl_within_budget_passes(plan, th):

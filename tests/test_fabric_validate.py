@@ -85,8 +85,8 @@ def test_refuses_while_serving_holds_the_gpus(plan):
     cluster = FakeCluster(logs=GOOD_LOGS, serving=["glm51-2p2d-decode-0", "glm51-2p2d-decode-0-1"])
     with pytest.raises(KitError, match="serving pods hold the GPU nodes") as err:
         _run(plan, cluster)
-    assert "scale leaderworkerset/glm51-2p2d-decode --replicas=0" in str(err.value)
-    assert "--replicas=1" in str(err.value)
+    assert '{"op":"replace","path":"/spec/roles/1/spec/replicas","value":0}' in str(err.value)
+    assert '{"op":"replace","path":"/spec/roles/1/spec/replicas","value":1}' in str(err.value)
     assert cluster.created == []
 
 

@@ -144,11 +144,16 @@ def test_cfn_response_refuses_non_https():
 
 
 GROUPS = {"g-decode": 2, "g-prefill": 2}
-SERVING = {"namespace": "ns", "pod_label": "leaderworkerset.sigs.k8s.io/name", "leader_worker_sets": {"lws-decode": 1, "lws-prefill": 1}}
+SERVING = {
+    "namespace": "ns",
+    "pod_label": "disaggregatedset.x-k8s.io/name",
+    "disaggregated_set": "ds",
+    "roles": [{"name": "prefill", "replicas": 1}, {"name": "decode", "replicas": 1}],
+}
 
 
 class Kube:
-    """A Kubernetes API where every LeaderWorkerSet exists and pods go at once; records the calls."""
+    """A Kubernetes API where the DisaggregatedSet exists and pods go at once; records the calls."""
 
     def __init__(self):
         self.calls = []
@@ -156,7 +161,7 @@ class Kube:
     def __call__(self):
         return self
 
-    def scale_leader_worker_set(self, namespace, name, replicas):
+    def scale_roles(self, namespace, name, replicas):
         self.calls.append(("scale", namespace, name, replicas))
         return True
 
@@ -230,7 +235,7 @@ def test_delivered_scales_every_role_to_its_plan_size(env, spelling):
     c.nodegroups(current=0, target=2)
     c.notified()
     assert c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}}) == {"action": "scale-up", "serving": "restored"}
-    assert c.kube.calls == [("scale", "ns", "lws-decode", 1), ("scale", "ns", "lws-prefill", 1)]
+    assert c.kube.calls == [("scale", "ns", "ds", {"prefill": 1, "decode": 1})]
 
 
 @pytest.mark.parametrize("spelling", reservation.EXPIRING)
@@ -239,10 +244,7 @@ def test_expiration_warning_scales_to_zero(env, spelling):
     c.nodegroups(current=2, target=0)
     c.notified()
     assert c.run({"detail-type": spelling}) == {"action": "scale-down", "serving": "drained"}
-    assert [call[:4] for call in c.kube.calls if call[0] == "scale"] == [
-        ("scale", "ns", "lws-decode", 0),
-        ("scale", "ns", "lws-prefill", 0),
-    ]
+    assert [call[:4] for call in c.kube.calls if call[0] == "scale"] == [("scale", "ns", "ds", {"prefill": 0, "decode": 0})]
 
 
 def test_expiration_warning_after_the_drain_only_reports(env):
@@ -260,10 +262,8 @@ def test_clock_drains_at_t_minus_60(env):
     c.notified()
     assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain", "serving": "drained"}
     assert c.kube.calls == [
-        ("scale", "ns", "lws-decode", 0),
-        ("scale", "ns", "lws-prefill", 0),
-        ("pods", "ns", {"leaderworkerset.sigs.k8s.io/name": "lws-decode"}),
-        ("pods", "ns", {"leaderworkerset.sigs.k8s.io/name": "lws-prefill"}),
+        ("scale", "ns", "ds", {"prefill": 0, "decode": 0}),
+        ("pods", "ns", {"disaggregatedset.x-k8s.io/name": "ds"}),
     ]
 
 
@@ -387,7 +387,7 @@ def test_a_tick_during_a_running_drain_converges_without_a_second_notice(env):
         _update(c, name, 0, in_use=True)
         _describe(c, name, 0)
     assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain", "serving": "drained"}
-    assert [call for call in c.kube.calls if call[0] == "scale"] == [("scale", "ns", "lws-decode", 0), ("scale", "ns", "lws-prefill", 0)]
+    assert [call for call in c.kube.calls if call[0] == "scale"] == [("scale", "ns", "ds", {"prefill": 0, "decode": 0})]
 
 
 def test_the_expiration_warning_during_a_drain_converges_without_a_second_notice(env):

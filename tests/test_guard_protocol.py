@@ -153,3 +153,12 @@ def test_in_lambda_it_builds_its_own_ec2_and_cloudformation_clients(monkeypatch)
     monkeypatch.setattr(boto3, "client", client)
     assert _answer(_event("Update"))["success"] is True
     assert made == ["ec2", "cloudformation"]
+
+
+def test_an_aws_failure_is_a_refusal_that_says_so():
+    """The guard could not look: a deploy is never let onto a block nobody checked (UnauthorizedOperation is
+    what EC2 answers without ec2:DescribeCapacityReservations)."""
+    answer = _answer(_event("Create"), ec2=_ec2(error="UnauthorizedOperation"))
+    assert answer["success"] is False
+    assert answer["reason"].startswith(f"Capacity Block check failed: could not check reservation {RID}: ")
+    assert "UnauthorizedOperation" in answer["reason"]

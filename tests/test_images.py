@@ -239,3 +239,17 @@ def test_delete_does_not_touch_codebuild():
     answers = []
     start_build.handler(_event("Delete"), None, codebuild=object(), respond=lambda e, **kw: answers.append(kw))
     assert answers[0]["success"] is True
+
+
+def test_the_build_host_installs_what_versions_py_imports_at_the_kits_pins():
+    """containers/build_args.py runs on the CodeBuild host through containers/versions.py, which
+    imports PyYAML and pydantic: the buildspec installs both at the versions requirements.txt locks,
+    so the build validates versions.yaml exactly as the kit's tests do."""
+    from stacks.images_stack import BUILD_HOST_PINS
+
+    source = (ROOT / "containers" / "versions.py").read_text()
+    assert "import yaml" in source
+    assert "from pydantic import" in source
+    locked = {line.split(" ")[0] for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line}
+    assert {pin.split("==")[0] for pin in BUILD_HOST_PINS} == {"pyyaml", "pydantic"}
+    assert set(BUILD_HOST_PINS) <= locked, f"{BUILD_HOST_PINS} must match requirements.txt"

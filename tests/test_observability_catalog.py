@@ -184,25 +184,30 @@ def test_escaped_sglang_names_are_relabelled_to_the_pinned_form():
     assert _prometheus_replace(rule, "sglang:num_running_reqs") is None  # already pinned: untouched
 
 
-def test_router_series_get_role_and_replica_from_the_worker_url():
-    rules = _job(catalog.ROUTER_JOB)["metric_relabel_configs"]
-    by_target = {r["target_label"]: r for r in rules}
-    url = f"http://{PLAN.name}-decode-1.{PLAN.name}-decode.{PLAN.profile.serving.namespace}.svc:{catalog.SGLANG_PORT}"
-    assert _prometheus_replace(by_target[catalog.ROLE], url) == "decode"
-    assert _prometheus_replace(by_target[catalog.REPLICA], url) == "1"
-    assert _prometheus_replace(by_target[catalog.ROLE], "http://other-decode-1.x.svc:30000") is None
+def test_router_series_carry_the_address_of_the_worker_they_describe():
+    """smg's Kubernetes discovery registers each pod as http://<pod IP>:<port> (service_discovery.rs,
+    PodInfo::worker_url), the URL its worker series carry; that host:port is the SGLang target's address."""
+    (rule,) = _job(catalog.ROUTER_JOB)["metric_relabel_configs"]
+    assert (rule["source_labels"], rule["target_label"]) == (["worker"], catalog.ADDRESS)
+    assert _prometheus_replace(rule, f"http://10.1.2.3:{catalog.SGLANG_PORT}") == f"10.1.2.3:{catalog.SGLANG_PORT}"
+    sglang = {r["target_label"]: r["source_labels"] for r in _job(catalog.SGLANG_JOB)["relabel_configs"] if "target_label" in r}
+    assert sglang[catalog.ADDRESS] == ["__address__"]
+
+
+def test_healthy_workers_get_role_and_replica_from_the_sglang_pod_at_that_address():
+    promql = figures.FIGURES_BY_METRIC["HealthyWorkers"].promql
+    assert f"on ({catalog.ADDRESS}) group_left ({catalog.ROLE}, {catalog.REPLICA})" in promql
+    assert figures.FIGURES_BY_METRIC["HealthyWorkers"].series == ("smg_worker_health", "up")
 
 
 def test_scrape_names_agree_with_the_serving_manifests():
-    """Coordinated by value with pdkit/serving: ports and the worker URLs the router reports."""
+    """Coordinated by value with pdkit/serving: the ports the pods and the router's discovery use."""
     sglang_args = pytest.importorskip("pdkit.serving.sglang_args")
     router_args = pytest.importorskip("pdkit.serving.router_args")
     assert sglang_args.SGLANG_PORT == catalog.SGLANG_PORT
     assert router_args.ROUTER_METRICS_PORT == catalog.ROUTER_METRICS_PORT
-    rule = next(r for r in _job(catalog.ROUTER_JOB)["metric_relabel_configs"] if r["target_label"] == catalog.ROLE)
-    for role, plan_role in PLAN.roles.items():
-        for replica in range(plan_role.replicas):
-            assert _prometheus_replace(rule, router_args.worker_url(PLAN, role, replica)) == role
+    argv = router_args.router_argv(PLAN)
+    assert argv[argv.index("--service-discovery-port") + 1] == str(catalog.SGLANG_PORT)
 
 
 # ---- dashboards ----

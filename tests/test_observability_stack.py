@@ -219,6 +219,27 @@ def test_thresholds_from_the_profile_reach_the_template(raw_with):
     assert "left > 90" in gate
 
 
+def test_expert_imbalance_alarm_reads_the_published_figure_per_role(built):
+    """The alarm compares the serving-metrics function's ExpertBalancedness (PDKit/Serving, per Role) with
+    observability.expert_balancedness_min over 15 one-minute periods (AWS::CloudWatch::Alarm MetricDataQuery)."""
+    for role in built.plan.roles:
+        alarm = _alarm(built, f"expert-imbalance-{role}")
+        assert alarm["Threshold"] == built.plan.profile.observability.expert_balancedness_min
+        assert alarm["ComparisonOperator"] == "LessThanThreshold"
+        assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (15, 15)
+        (query,) = alarm["Metrics"]
+        metric = query["MetricStat"]["Metric"]
+        assert (metric["Namespace"], metric["MetricName"]) == (catalog.SERVING_NAMESPACE, "ExpertBalancedness")
+        assert {"Name": "Role", "Value": role} in metric["Dimensions"]
+
+
+def test_serving_dashboard_in_the_template_has_per_rank_panels(built):
+    (serving,) = [d for d in _resources(built, "AWS::CloudWatch::Dashboard") if d["DashboardName"].endswith("-serving")]
+    body = json.dumps(serving["DashboardBody"])
+    for metric in ("RankRunningRequests", "RankQueuedRequests", "RankKvCacheUsage", "DpTokenImbalance", "ExpertBalancedness"):
+        assert metric in body
+
+
 def test_default_thresholds_in_the_template(built):
     assert _alarm(built, "tpot-p99")["Threshold"] == built.plan.profile.observability.tpot_p99_ms
     assert _alarm(built, "block-ending")["Threshold"] == built.plan.drain_lead_minutes

@@ -18,7 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionClosedError
 from botocore.stub import Stubber
 
 from pdkit import aws_clients, purchase
@@ -403,3 +403,98 @@ def test_ctrl_c_while_waiting_is_unclear_and_still_looked_up():
     assert outcome.status == "unclear"
     assert outcome.failure == "interrupted before EC2 answered"
     assert looked == ["x"]
+
+
+def _extension_offer():
+    return ExtensionOffering(
+        id="cbeo-1",
+        hours=24,
+        start=END,
+        end=END + timedelta(hours=24),
+        upfront_fee=Decimal(1),
+        currency="USD",
+        instance_count=4,
+        instance_type="p5en.48xlarge",
+    )
+
+
+def test_extension_lookup_reads_every_page_of_the_history(offline_aws):
+    """DescribeCapacityBlockExtensionHistory pages with NextToken (botocore EC2 model: NextToken in and out);
+    the extension bought may be on the second page, with its status and dates."""
+    ec2, stubber = stubbed_ec2()
+    query = {"CapacityReservationIds": [CR], "Filters": [{"Name": "capacity-block-extension-offering-id", "Values": ["cbeo-1"]}]}
+    stubber.add_response("describe_capacity_block_extension_history", {"CapacityBlockExtensions": [], "NextToken": "t1"}, query)
+    stubber.add_response(
+        "describe_capacity_block_extension_history",
+        {
+            "CapacityBlockExtensions": [
+                {
+                    "CapacityReservationId": NEW_CR,
+                    "CapacityBlockExtensionStatus": "payment-pending",
+                    "CapacityBlockExtensionStartDate": END,
+                    "CapacityBlockExtensionEndDate": END + timedelta(hours=24),
+                },
+                {"CapacityBlockExtensionStatus": "payment-succeeded"},
+            ]
+        },
+        query | {"NextToken": "t1"},
+    )
+    (first, second) = purchase.find_extension(ec2, _extension_offer(), CR)
+    stubber.assert_no_pending_responses()
+    assert (first.reservation_id, first.state, first.start, first.end) == (NEW_CR, "payment-pending", END, END + timedelta(hours=24))
+    assert first.matched_by == "extension offering cbeo-1"
+    assert (second.reservation_id, second.state, second.start, second.end) == (CR, "payment-succeeded", None, None)
+
+
+def test_tag_lookup_reads_every_page_and_keeps_only_our_tag(offline_aws):
+    """DescribeCapacityReservations pages with NextToken and has no tag:<key> filter (API reference): the
+    reservation carrying our purchase tag may be on any page, among reservations without tags."""
+    ec2, stubber = stubbed_ec2()
+    filters = [{"Name": "instance-type", "Values": ["p5en.48xlarge"]}, {"Name": "availability-zone", "Values": ["eu-south-2a"]}]
+    ours = {
+        "CapacityReservationId": NEW_CR,
+        "InstanceType": "p5en.48xlarge",
+        "AvailabilityZone": "eu-south-2a",
+        "TotalInstanceCount": 4,
+        "State": "scheduled",
+        "StartDate": START,
+        "EndDate": END,
+        "Tags": [{"Key": purchase.PURCHASE_TAG, "Value": "pid-1"}],
+    }
+    untagged = {k: v for k, v in ours.items() if k != "Tags"} | {"CapacityReservationId": CR}
+    stubber.add_response("describe_capacity_reservations", {"CapacityReservations": [untagged], "NextToken": "t1"}, {"Filters": filters})
+    stubber.add_response("describe_capacity_reservations", {"CapacityReservations": [ours]}, {"Filters": filters, "NextToken": "t1"})
+    (found,) = purchase.find_tagged(ec2, instance_type="p5en.48xlarge", availability_zone="eu-south-2a", purchase_id="pid-1")
+    stubber.assert_no_pending_responses()
+    assert (found.reservation_id, found.state, found.start, found.end) == (NEW_CR, "scheduled", START, END)
+    assert found.matched_by == f"tag {purchase.PURCHASE_TAG}=pid-1"
+
+
+@pytest.mark.parametrize(
+    ("err", "said"),
+    [
+        (
+            ClientError({"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500, "RequestId": "req-1"}}, "X"),
+            "HTTP 500 InternalError, request id req-1",
+        ),
+        (ClientError({"Error": {}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "X"), "HTTP 503 with no error code"),
+        (ClientError({"Error": {"Code": "InternalError"}}, "X"), "HTTP ? InternalError"),
+        (
+            ConnectionClosedError(endpoint_url="https://ec2.eu-south-2.amazonaws.com/"),
+            "the connection closed without an answer (ConnectionClosedError)",
+        ),
+        (ValueError("odd"), "ValueError: odd"),
+    ],
+    ids=["5xx-with-request-id", "no-code", "no-metadata", "closed", "other"],
+)
+def test_an_unclear_answer_is_described_exactly(err, said):
+    """What the operator reads after an unclear purchase: the HTTP status, EC2's code and the request id AWS
+    Support asks for (ResponseMetadata.RequestId), or what the connection did."""
+    assert purchase.describe_failure(err) == said
+
+
+def test_a_clear_purchase_carries_its_purchase_id(offline_aws):
+    ec2, stubber = stubbed_ec2()
+    stubber.add_response("purchase_capacity_block", {"CapacityReservation": {"CapacityReservationId": NEW_CR}})
+    outcome = purchase.buy_block(ec2, ec2, OFFER, "pid-7")
+    assert (outcome.status, outcome.purchase_id) == ("bought", "pid-7")

@@ -49,9 +49,10 @@ def _serving(plan):
     objs = manifests.render(plan, inputs.from_plan(plan, image=SERVING_IMAGE))
     (ns,) = [o for o in objs if o["kind"] == "Namespace"]
     pods = {
-        o["metadata"]["labels"]["pdkit/role"]: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        r["name"]: r["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
         for o in objs
-        if o["kind"] == "LeaderWorkerSet"
+        if o["kind"] == "DisaggregatedSet"
+        for r in o["spec"]["roles"]
     }
     config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.config_map(plan))
     return ns, pods, config["data"], objs
@@ -135,7 +136,7 @@ def test_the_escape_hatch_reaches_serving_and_validation_alike():
         assert jobs[key]["containers"][0]["securityContext"] == decode["securityContext"], key
     assert jobs["efa-prefill"]["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     version = f"{plan.kubernetes_version}.0"
-    for obj in [*bundle.objects(), *(o for o in objs if o["kind"] != "LeaderWorkerSet")]:
+    for obj in [*bundle.objects(), *(o for o in objs if o["kind"] != "DisaggregatedSet")]:
         kubernetes_validate.validate(obj, version, strict=True)
 
 

@@ -14,7 +14,7 @@ import pytest
 from pdkit import plan as plan_mod
 from pdkit import profile_files
 from pdkit.errors import ProfileError
-from pdkit.serving import router_args, sglang_args
+from pdkit.serving import names, router_args, sglang_args
 from pdkit.serving.sglang_args import DEPRECATED_SPELLINGS, REJECTED_SPELLINGS, launch_argv, role_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,18 +247,88 @@ def test_every_rendered_router_flag_is_in_the_pinned_help_text(name):
     assert not unknown, f"not options of {router_args.ROUTER_PACKAGE} {router_args.ROUTER_VERSION}: {unknown}"
 
 
-def test_router_registers_every_prefill_and_decode_replica():
+def _values(argv, option):
+    """The space-separated values of a nargs='+' option (smg's --prefill-selector key=value ...)."""
+    i = argv.index(option) + 1
+    end = next((j for j in range(i, len(argv)) if argv[j].startswith("--")), len(argv))
+    return argv[i:end]
+
+
+def test_router_discovers_the_leaders_by_label_not_by_static_urls():
+    """The DisaggregatedSet names its LeaderWorkerSets per slice and revision (kubernetes-sigs/lws v0.10.0
+    docs/examples/disaggregatedset.md, "Never rely on hardcoded child LWS names"): smg 1.13.0's Kubernetes
+    discovery (--service-discovery, --prefill-selector/--decode-selector key=value ...,
+    --service-discovery-namespace, --service-discovery-port; conformance/help/smg-1.13.0-launch_router.txt)
+    watches the pods instead. Only group leaders (worker index 0) serve SGLang's HTTP API."""
     p = load("glm51-fp8-4p4d")
     argv = router_args.router_argv(p)
     assert argv[:4] == ["python3", "-m", router_args.ROUTER_MODULE, "--pd-disaggregation"]
-    prefills = [argv[i + 1 : i + 3] for i, a in enumerate(argv) if a == "--prefill"]
-    decodes = [argv[i + 1] for i, a in enumerate(argv) if a == "--decode"]
-    assert prefills == [
-        [f"http://glm51-4p4d-prefill-{i}.glm51-4p4d-prefill.pd-serving.svc:{sglang_args.SGLANG_PORT}", str(sglang_args.BOOTSTRAP_PORT)]
-        for i in range(2)
-    ]
-    assert decodes == [f"http://glm51-4p4d-decode-{i}.glm51-4p4d-decode.pd-serving.svc:{sglang_args.SGLANG_PORT}" for i in range(2)]
-    assert flag(argv, "--policy") == p.profile.serving.router.policy
+    assert "--prefill" not in argv
+    assert "--decode" not in argv
+    assert argv.count("--service-discovery") == 1
+    assert flag(argv, "--service-discovery-namespace") == "pd-serving", "without it smg watches every namespace"
+    assert flag(argv, "--service-discovery-port") == str(sglang_args.SGLANG_PORT)
+    for role in ("prefill", "decode"):
+        assert _values(argv, f"--{role}-selector") == [
+            f"disaggregatedset.x-k8s.io/name={names.disaggregated_set(p)}",
+            f"disaggregatedset.x-k8s.io/role={role}",
+            "leaderworkerset.sigs.k8s.io/worker-index=0",
+        ]
+
+
+def test_router_routes_decode_by_rank_and_load_and_prefill_round_robin_with_one_replica():
+    """2P2D: one prefill replica, so nothing for a cache-aware policy to choose between; decode runs
+    attention DP16, so the router targets a rank (smg --dp-aware) with a load-aware policy
+    (smg's own PD example: `--prefill-policy cache_aware --decode-policy power_of_two`,
+    conformance/help/smg-1.13.0-launch_router.txt)."""
+    argv = router_args.router_argv(load("glm51-fp8-2p2d"))
+    assert flag(argv, "--prefill-policy") == "round_robin"
+    assert flag(argv, "--decode-policy") == "power_of_two"
+    assert argv.count("--dp-aware") == 1
+    assert "--policy" not in argv  # ignored by smg in PD mode once both per-role policies are set
+
+
+def test_router_routes_prefill_cache_aware_with_two_prefill_replicas():
+    """4P4D: SGLang 0.5.23 disables the decode radix cache in PD mode (pd_disaggregation_hook.py:
+    `disable_radix_cache=True` unless --disaggregation-decode-enable-radix-cache), so prefix hits only
+    happen on prefill, and two prefill replicas make the choice worth steering."""
+    argv = router_args.router_argv(load("glm51-fp8-4p4d"))
+    assert flag(argv, "--prefill-policy") == "cache_aware"
+    assert flag(argv, "--decode-policy") == "power_of_two"
+    assert flag(argv, "--cache-threshold") == "0.3"
+    assert flag(argv, "--balance-abs-threshold") == "64"
+    assert flag(argv, "--balance-rel-threshold") == "1.5"
+
+
+def test_router_policies_and_thresholds_come_from_the_profile():
+    """Profile overrides reach the router's flags (smg 1.13.0 spellings, checked by `make conformance`)."""
+    prof, _ = profile_files.load("glm51-fp8-4p4d")
+    router = prof.serving.router.model_copy(
+        update={"prefill_policy": "prefix_hash", "decode_policy": "least_load", "dp_aware": False, "cache_threshold": 0.5}
+    )
+    prof = prof.model_copy(update={"serving": prof.serving.model_copy(update={"router": router})})
+    argv = router_args.router_argv(plan_mod.build(prof))
+    assert flag(argv, "--prefill-policy") == "prefix_hash"
+    assert flag(argv, "--decode-policy") == "least_load"
+    assert flag(argv, "--cache-threshold") == "0.5"
+    assert "--dp-aware" not in argv
+
+
+def test_dp_aware_without_decode_attention_dp_is_refused():
+    """smg --dp-aware splits a worker into its attention-DP ranks; a decode without attention DP has one
+    rank, so asking for it is a profile mistake named in one line."""
+    prof, _ = profile_files.load("glm51-fp8-2p2d")
+    par = prof.roles.decode.parallelism.model_copy(update={"attn_dp": 1})
+    decode = prof.roles.decode.model_copy(update={"parallelism": par})
+    router = prof.serving.router.model_copy(update={"dp_aware": True})
+    prof = prof.model_copy(
+        update={
+            "roles": prof.roles.model_copy(update={"decode": decode}),
+            "serving": prof.serving.model_copy(update={"router": router}),
+        }
+    )
+    with pytest.raises(ProfileError, match=r"serving\.router\.dp_aware"):
+        plan_mod.build(prof)
 
 
 def test_router_waits_for_workers_as_long_as_staging_and_start_up_take(seed):
@@ -268,6 +338,10 @@ def test_router_waits_for_workers_as_long_as_staging_and_start_up_take(seed):
     assert flag(argv, "--prometheus-port") == str(router_args.ROUTER_METRICS_PORT)
 
 
-def test_router_does_not_inject_dp_ranks(seed):
-    """Prefill resolves its attention-DP rank from the bootstrap room; an injected rank would override it."""
-    assert "--dp-aware" not in router_args.router_argv(seed)
+def test_router_dp_aware_follows_decode_attention_dp(seed):
+    """With --dp-aware smg's PD router injects routed_dp_rank into the prefill request and the same rank as
+    disagg_prefill_dp_rank into the decode request (smg routers/http/pd_router.rs), so decode still finds
+    the prefill rank holding the KV; the plan turns it on exactly when decode runs attention DP."""
+    assert seed.decode.attn_dp > 1
+    assert seed.router.dp_aware is True
+    assert "--dp-aware" in router_args.router_argv(seed)

@@ -83,7 +83,11 @@ def test_model_config_carries_the_model_tables_architecture():
             "vocab_size": model.vocab_size,
             "max_position_embeddings": model.max_context_length,
         }.items() <= config.items()
-        assert config["quantization_config"]["quant_method"] == "fp8"
+        # One byte per parameter is an FP8 checkpoint, which SGLang learns from quantization_config; BF16 has none.
+        if model.weight_bytes_per_param == 1:
+            assert config["quantization_config"]["quant_method"] == "fp8"
+        else:
+            assert "quantization_config" not in config
 
 
 def test_cases_cover_every_profile_role_and_switch(cases):
@@ -125,7 +129,9 @@ def test_known_bad_command_lines_are_exported_with_their_expected_rejection(case
 def test_checker_substitutes_what_leader_worker_set_fills_in(cases):
     case = next(c for c in cases if c["id"] == "glm51-fp8-2p2d/decode")
     args = check_sglang.substitute(case, 1)
-    assert args[args.index("--dist-init-addr") + 1] == "glm51-2p2d-decode-0.glm51-2p2d-decode.pd-serving:20000"
+    # LWS_LEADER_ADDRESS of group 0 of a LeaderWorkerSet the DisaggregatedSet created (<set>-<slice>-<revision>-<role>).
+    lws = "glm51-2p2d-pd-0-58f79fdb78-decode"
+    assert args[args.index("--dist-init-addr") + 1] == f"{lws}-0.{lws}.pd-serving:20000"
     assert args[args.index("--nnodes") + 1] == "2"
     assert args[args.index("--node-rank") + 1] == "1"
     assert args[args.index("--model-path") + 1] == case["model_config_dir"]

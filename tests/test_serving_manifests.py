@@ -20,6 +20,25 @@ from pdkit.serving.sglang_args import SGLANG_PORT, launch_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 LWS_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "lws-v1.json").read_text())
+# The pinned chart's CRD schema, copied (tests/schemas/README.md).
+DS_CRD_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "disaggregatedset-v1.json").read_text())
+
+
+def strict(schema):
+    """The CRD's structural schema as the API server applies it under strict field validation (kubectl
+    apply's default): an object that lists its properties refuses any other field, unless it preserves
+    unknown fields (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#field-pruning)."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False
+    return out
+
+
+DS_SCHEMA = strict(DS_CRD_SCHEMA)
 PROFILES = profile_files.available_profiles()
 # Capabilities Pod Security "baseline" allows a container to add; anything else needs a reason in the docs.
 BASELINE_CAPABILITIES = {
@@ -60,8 +79,9 @@ def one(objs, kind, name):
 def pod_templates(objs):
     """(owner, pod template) for every pod the objects create."""
     for o in objs:
-        if o["kind"] == "LeaderWorkerSet":
-            yield o["metadata"]["name"], o["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        if o["kind"] == "DisaggregatedSet":
+            for role in o["spec"]["roles"]:
+                yield f"{o['metadata']['name']}/{role['name']}", role["spec"]["leaderWorkerTemplate"]["workerTemplate"]
         elif o["kind"] == "Deployment":
             yield o["metadata"]["name"], o["spec"]["template"]
 
@@ -82,7 +102,11 @@ def objs(seed):
 
 
 def lws(objs, role, seed):
-    return one(objs, "LeaderWorkerSet", names.lws_name(seed, role))
+    """The role's LeaderWorkerSet template inside the one DisaggregatedSet ({name, metadata, spec})."""
+    (ds,) = of_kind(objs, "DisaggregatedSet")
+    assert ds["metadata"]["name"] == names.disaggregated_set(seed)
+    (found,) = [r for r in ds["spec"]["roles"] if r["name"] == role]
+    return found
 
 
 def sglang_container(objs, role, seed):
@@ -98,24 +122,69 @@ def test_built_in_kinds_validate_for_the_cluster_version(name):
     """kubernetes-validate (strict: unknown fields fail) against the plan's Kubernetes minor."""
     the_plan = load(name)
     for obj in rendered(the_plan):
-        if obj["kind"] != "LeaderWorkerSet":
+        if obj["kind"] != "DisaggregatedSet":
             kv.validate(obj, the_plan.kubernetes_version, strict=True)
 
 
+def as_leader_worker_set(the_plan, role):
+    """A role of the DisaggregatedSet as the LeaderWorkerSet its controller creates from it (lws_manager.go)."""
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": f"{the_plan.name}-0-58f79fdb78-{role['name']}"},
+        "spec": role["spec"],
+    }
+
+
+def ds_replicas_rule_holds(ds):
+    """The CRD's CEL rule (x-kubernetes-validations on spec), which JSON Schema cannot express: replicas
+    all zero or all non-zero across the (non-External) roles."""
+    (rule,) = DS_CRD_SCHEMA["properties"]["spec"]["x-kubernetes-validations"]
+    assert "replicas must be zero for all" in rule["message"]
+    counts = [r["spec"].get("replicas", 0) for r in ds["spec"]["roles"] if r.get("scaling", {}).get("mode") != "External"]
+    return all(c == 0 for c in counts) or all(c > 0 for c in counts)
+
+
 @pytest.mark.parametrize("name", PROFILES)
-def test_leader_worker_sets_validate_against_the_lws_schema(name):
+def test_the_disaggregated_set_validates_against_the_pinned_crd(name):
+    """kubernetes-sigs/lws v0.10.0 charts/lws/crds/disaggregatedset.x-k8s.io_disaggregatedsets.yaml, the chart
+    pdkit/data/addons.yaml pins; each role's template also passes the hand-written LWS schema and its pod
+    template kubernetes-validate."""
     the_plan = load(name)
-    for obj in of_kind(rendered(the_plan), "LeaderWorkerSet"):
-        jsonschema.Draft202012Validator(LWS_SCHEMA).validate(obj)
-        template = obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]
-        wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": obj["metadata"]["name"]}, "template": template}
+    (obj,) = of_kind(rendered(the_plan), "DisaggregatedSet")
+    jsonschema.Draft202012Validator(DS_SCHEMA).validate(obj)
+    assert ds_replicas_rule_holds(obj)
+    for role in obj["spec"]["roles"]:
+        jsonschema.Draft202012Validator(LWS_SCHEMA).validate(as_leader_worker_set(the_plan, role))
+        template = role["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": role["name"]}, "template": template}
         kv.validate(wrapped, the_plan.kubernetes_version, strict=True)
+
+
+def test_the_copied_crd_rejects_what_the_api_rejects(objs):
+    """The copied schema has teeth: the CRD's role name pattern, its minimum of two roles, its closed fields."""
+    jsonschema.Draft202012Validator.check_schema(DS_SCHEMA)
+    validator = jsonschema.Draft202012Validator(DS_SCHEMA)
+    (good,) = of_kind(objs, "DisaggregatedSet")
+    assert validator.is_valid(good)
+    one_role = json.loads(json.dumps(good))
+    one_role["spec"]["roles"] = one_role["spec"]["roles"][:1]
+    assert not validator.is_valid(one_role), "minItems 2"
+    underscored = json.loads(json.dumps(good))
+    underscored["spec"]["roles"][0]["name"] = "pre_fill"
+    assert not validator.is_valid(underscored), "role names are DNS labels"
+    misspelled = json.loads(json.dumps(good))
+    misspelled["spec"]["roles"][0]["spec"]["replica"] = 1
+    assert not validator.is_valid(misspelled), "unknown field"
+    half = json.loads(json.dumps(good))
+    half["spec"]["roles"][0]["spec"]["replicas"] = 0
+    assert not ds_replicas_rule_holds(half), "the CEL rule: all zero or all non-zero"
 
 
 def test_lws_schema_is_itself_valid_and_rejects_what_the_api_rejects(objs, seed):
     jsonschema.Draft202012Validator.check_schema(LWS_SCHEMA)
     validator = jsonschema.Draft202012Validator(LWS_SCHEMA)
-    good = lws(objs, "decode", seed)
+    good = as_leader_worker_set(seed, lws(objs, "decode", seed))
     bad_variants = {
         "unknown restart policy": ("leaderWorkerTemplate", "restartPolicy", "RecreateOnFailure"),
         "group of zero pods": ("leaderWorkerTemplate", "size", 0),
@@ -158,10 +227,8 @@ def test_one_leader_worker_set_per_role_sized_from_the_plan(objs, seed):
 
 def test_scaling_is_a_profile_change():
     four = rendered(load("glm51-fp8-4p4d"))
-    assert {o["metadata"]["name"]: o["spec"]["replicas"] for o in of_kind(four, "LeaderWorkerSet")} == {
-        "glm51-4p4d-prefill": 2,
-        "glm51-4p4d-decode": 2,
-    }
+    (ds,) = of_kind(four, "DisaggregatedSet")
+    assert {r["name"]: r["spec"]["replicas"] for r in ds["spec"]["roles"]} == {"prefill": 2, "decode": 2}
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
@@ -286,16 +353,22 @@ def test_host_network_switch_lowers_pod_security_with_it(seed):
     assert "GLOO_SOCKET_IFNAME" not in of_kind(on, "ConfigMap")[0]["data"]
 
 
-def test_service_accounts_mount_no_kubernetes_token(objs, seed):
-    accounts = of_kind(objs, "ServiceAccount")
-    assert {a["metadata"]["name"] for a in accounts} == {
-        f"{seed.name}-weights-reader",
-        f"{seed.name}-weights-writer",
-        f"{seed.name}-router",
-    }
-    assert all(a["automountServiceAccountToken"] is False for a in accounts)
+def test_only_the_router_mounts_a_kubernetes_token_and_may_only_read_pods(objs, seed):
+    """smg's Kubernetes discovery lists and watches pods (smg 1.13.0 --service-discovery-namespace: without
+    it, all namespaces and cluster-wide rights); nothing else in serving calls the Kubernetes API."""
+    accounts = {a["metadata"]["name"]: a for a in of_kind(objs, "ServiceAccount")}
+    router = f"{seed.name}-router"
+    assert set(accounts) == {f"{seed.name}-weights-reader", f"{seed.name}-weights-writer", router}
+    assert {n for n, a in accounts.items() if a["automountServiceAccountToken"]} == {router}
     for owner, template in pod_templates(objs):
-        assert template["spec"]["automountServiceAccountToken"] is False, owner
+        mounts = template["spec"]["automountServiceAccountToken"]
+        assert mounts is (template["spec"]["serviceAccountName"] == router), owner
+    binding = one(objs, "RoleBinding", f"{router}-discovery")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": router, "namespace": names.namespace(seed)}]
+    role = one(objs, "Role", binding["roleRef"]["name"])
+    assert role["metadata"]["namespace"] == names.namespace(seed)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert not of_kind(objs, "ClusterRole")
 
 
 # --- placement and probes -------------------------------------------------------------------------
@@ -305,7 +378,8 @@ def test_service_accounts_mount_no_kubernetes_token(objs, seed):
 def test_role_pods_land_on_their_tainted_nodes_one_per_node(objs, seed, role):
     r = seed.roles[role]
     spec = lws(objs, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    assert r.labels.items() <= spec["nodeSelector"].items()
+    # The role is only preferred (pdkit/placement.py, tests/test_placement_manifests.py): any GPU node fits.
+    assert r.labels.keys().isdisjoint(spec["nodeSelector"])
     assert {"key": r.taint["key"], "operator": "Equal", "value": r.taint["value"], "effect": r.taint["effect"]} in spec["tolerations"]
     (term,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
@@ -362,11 +436,11 @@ def test_budgets_protect_the_last_group_of_each_role(objs, seed):
     whole group when any of its pods goes (https://lws.sigs.k8s.io/docs/reference/leaderworkerset.v1/#leaderworkerset-x-k8s-io-v1-RestartPolicyType),
     so evicting one pod each from two groups of two nodes takes both down: the budget counts pods, at most one."""
     for role in seed.roles.values():
-        pdb = one(objs, "PodDisruptionBudget", names.lws_name(seed, role.name))
+        pdb = one(objs, "PodDisruptionBudget", names.role_object(seed, role.name))
         assert pdb["spec"]["maxUnavailable"] == 0, "a single group: no voluntary eviction"
         assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     four = load("glm51-fp8-4p4d")
-    pdb = one(rendered(four), "PodDisruptionBudget", names.lws_name(four, "decode"))
+    pdb = one(rendered(four), "PodDisruptionBudget", names.role_object(four, "decode"))
     assert four.decode.nodes_per_replica == 2
     assert four.decode.replicas == 2
     assert pdb["spec"]["maxUnavailable"] == 1, "one pod, so one group of two nodes may go, the other stays"
@@ -374,28 +448,23 @@ def test_budgets_protect_the_last_group_of_each_role(objs, seed):
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_the_drain_removes_every_pod_a_budget_covers_before_the_nodes_go(name):
-    """The end-of-block drain scales the LeaderWorkerSets to zero (deleting, not evicting, their pods):
-    after that no budget on a GPU node covers any pod, so scaling the node groups to zero cannot block."""
+    """The end-of-block drain scales the DisaggregatedSet's roles to zero (deleting, not evicting, their pods):
+    after that no budget on a GPU node covers any pod, so scaling the node groups to zero cannot block. The
+    budgets select the labels the DisaggregatedSet controller stamps on every pod of a role, whatever the
+    revision (kubernetes-sigs/lws v0.10.0 lws_manager.go: system labels merged into the pod templates)."""
     the_plan = load(name)
     objs = rendered(the_plan)
     plan = drain.drain_plan(the_plan)
-    gpu_pdbs = [p for p in of_kind(objs, "PodDisruptionBudget") if names.LWS_NAME_LABEL in p["spec"]["selector"]["matchLabels"]]
-    assert {p["spec"]["selector"]["matchLabels"][names.LWS_NAME_LABEL] for p in gpu_pdbs} == set(plan.leader_worker_sets)
-    assert len(gpu_pdbs) == len(the_plan.roles)
-    assert set(plan.node_groups) == {r.node_group_name for r in the_plan.roles.values()}
-    for cmd in plan.kubectl_scale_down():
-        assert cmd[-1] == "--replicas=0"
-    assert plan.kubectl_restore() == [
-        [
-            "kubectl",
-            "-n",
-            names.namespace(the_plan),
-            "scale",
-            f"leaderworkerset/{names.lws_name(the_plan, r.name)}",
-            f"--replicas={r.replicas}",
-        ]
-        for r in the_plan.roles.values()
+    (ds,) = of_kind(objs, "DisaggregatedSet")
+    assert plan.disaggregated_set == ds["metadata"]["name"]
+    assert list(plan.roles) == [r["name"] for r in ds["spec"]["roles"]], "the drain's JSON patch indexes spec.roles"
+    gpu_pdbs = [p for p in of_kind(objs, "PodDisruptionBudget") if names.DS_ROLE_LABEL in p["spec"]["selector"]["matchLabels"]]
+    assert [p["spec"]["selector"]["matchLabels"] for p in gpu_pdbs] == [
+        {names.DS_NAME_LABEL: ds["metadata"]["name"], names.DS_ROLE_LABEL: role} for role in plan.roles
     ]
+    assert set(plan.node_groups) == {r.node_group_name for r in the_plan.roles.values()}
+    (wait,) = plan.kubectl_wait_gone()
+    assert f"{names.DS_NAME_LABEL}={ds['metadata']['name']}" in wait
 
 
 def test_router_budget_never_blocks_a_system_node_drain(objs, seed):
@@ -455,8 +524,8 @@ def test_render_command_writes_one_file_per_object_in_apply_order(tmp_path, seed
     assert files[0].name == "00-namespace-pd-serving.yaml"
     loaded = [yaml.safe_load(f.read_text()) for f in files]
     assert [o["kind"] for o in loaded] == [o["kind"] for o in rendered(seed)]
-    (prefill,) = tmp_path.glob("*-leaderworkerset-glm51-2p2d-prefill.yaml")
-    assert "registry.example/sglang:1" in prefill.read_text()
+    (serving,) = tmp_path.glob("*-disaggregatedset-glm51-2p2d-pd.yaml")
+    assert "registry.example/sglang:1" in serving.read_text()
     assert "kubectl apply --server-side" in capsys.readouterr().out
 
 
@@ -557,3 +626,69 @@ def test_startup_probe_covers_the_first_boot_budget(objs, seed):
     probe = sglang_container(objs, "decode", seed)["startupProbe"]
     assert seed.estimates.first_boot_budget_minutes > seed.estimates.startup_budget_minutes
     assert probe["periodSeconds"] * probe["failureThreshold"] >= seed.estimates.first_boot_budget_minutes * 60
+
+
+# --- one DisaggregatedSet -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_prefill_and_decode_are_roles_of_one_disaggregated_set(name):
+    """One object, so the LWS controller rolls prefill and decode out together and never pairs a new
+    prefill with an old decode (kubernetes-sigs/lws v0.10.0 KEP-766, docs/examples/disaggregatedset.md)."""
+    the_plan = load(name)
+    objs = rendered(the_plan)
+    assert not of_kind(objs, "LeaderWorkerSet")
+    (ds,) = of_kind(objs, "DisaggregatedSet")
+    assert ds["apiVersion"] == "disaggregatedset.x-k8s.io/v1"
+    assert [r["name"] for r in ds["spec"]["roles"]] == list(the_plan.roles)
+    for role in ds["spec"]["roles"]:
+        assert role["spec"]["replicas"] == the_plan.roles[role["name"]].replicas
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_a_rollout_is_a_full_stop_and_start(name):
+    """A block has no spare GPU node: the DisaggregatedSet's default (maxSurge 1, maxUnavailable 0; lws
+    v0.10.0 pkg/controllers/disaggregatedset/planner.go) would wait forever for a node to surge onto. Every
+    group of every role goes at once instead, and the webhook refuses both 0 (disaggregatedset_webhook.go)."""
+    the_plan = load(name)
+    (ds,) = of_kind(rendered(the_plan), "DisaggregatedSet")
+    for role in ds["spec"]["roles"]:
+        strategy = role["spec"]["rolloutStrategy"]
+        assert strategy["type"] == "RollingUpdate", "the webhook refuses any other type"
+        assert strategy["rollingUpdateConfiguration"] == {"maxUnavailable": the_plan.roles[role["name"]].replicas, "maxSurge": 0}
+        assert "partition" not in strategy["rollingUpdateConfiguration"], "the webhook refuses a partition"
+
+
+def test_status_finds_the_revisioned_leader_worker_sets_by_role_label(objs, seed):
+    """The controller names its LeaderWorkerSets <set>-<slice>-<revision>-<role> and copies the role's
+    metadata labels onto them (lws v0.10.0 lws_manager.go Create: mergeLabels(config.ObjectMeta.Labels, ...)):
+    `pdkit status` lists LeaderWorkerSets by the role label, so the role metadata must carry it."""
+    from pdkit.kube import ROLE_LABEL
+
+    for role in seed.roles:
+        assert lws(objs, role, seed)["metadata"]["labels"][ROLE_LABEL] == role
+
+
+def test_prefill_pods_announce_their_bootstrap_port_to_the_router(objs, seed):
+    """smg's label discovery takes a prefill worker's PD bootstrap port from the pod annotation
+    sglang.ai/bootstrap-port (smg 1.13.0 router_args.py bootstrap_port_annotation); the controller copies
+    template annotations onto the pods (lws_manager.go copyAnnotations)."""
+    from pdkit.serving.sglang_args import BOOTSTRAP_PORT
+
+    prefill = lws(objs, "prefill", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]
+    assert prefill["annotations"] == {"sglang.ai/bootstrap-port": str(BOOTSTRAP_PORT)}
+    decode = lws(objs, "decode", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]
+    assert "annotations" not in decode
+
+
+def test_the_lifecycle_may_patch_only_this_disaggregated_set(objs, seed):
+    """The controller reverts a scaled LeaderWorkerSet, so the lifecycle's Role patches the DisaggregatedSet
+    (get/patch on this one name) and lists pods; nothing on leaderworkersets."""
+    role = one(objs, "Role", drain.lifecycle_rbac_name(seed))
+    assert role["rules"][0] == {
+        "apiGroups": ["disaggregatedset.x-k8s.io"],
+        "resources": ["disaggregatedsets"],
+        "resourceNames": [names.disaggregated_set(seed)],
+        "verbs": ["get", "patch"],
+    }
+    assert all("leaderworkersets" not in r["resources"] for r in role["rules"])

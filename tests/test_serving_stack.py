@@ -110,6 +110,6 @@ def test_import_job_writes_only_what_an_import_needs(kit):
 def test_rendered_objects_are_applied_through_the_cluster(kit):
     (manifest,) = kit.template("serving").find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()
     text = json.dumps(manifest["Properties"]["Manifest"])
-    assert text.count("LeaderWorkerSet") >= 2
+    assert text.count("DisaggregatedSet") >= 1
     assert "glm51-2p2d-router" in text
     assert "sglang-efa" in text, "pods run the image the images stack builds"

@@ -134,7 +134,8 @@ def test_every_sglang_server_runs_with_an_admin_key_from_a_secret(seed, objs, ro
     (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/);
     the variable comes from a Secret reference that is not optional: a missing Secret holds the
     container back instead of leaving the literal "$(...)" as a guessable key."""
-    (lws,) = [o for o in objs if o["kind"] == "LeaderWorkerSet" and o["metadata"]["name"] == names.lws_name(seed, role)]
+    (ds,) = _of(objs, "DisaggregatedSet")
+    (lws,) = [r for r in ds["spec"]["roles"] if r["name"] == role]
     (c,) = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
     i = c["args"].index(manifests.ADMIN_KEY_FLAG)
     var = c["args"][i + 1]
@@ -169,7 +170,7 @@ def test_no_budget_lets_two_groups_go_at_once(name):
     the_plan = load(name)
     objs = manifests.render(the_plan, inputs.from_plan(the_plan))
     for role in the_plan.roles.values():
-        (pdb,) = [o for o in _of(objs, "PodDisruptionBudget") if o["metadata"]["name"] == names.lws_name(the_plan, role.name)]
+        (pdb,) = [o for o in _of(objs, "PodDisruptionBudget") if o["metadata"]["name"] == names.role_object(the_plan, role.name)]
         assert pdb["spec"]["maxUnavailable"] == (1 if role.replicas > 1 else 0), (name, role.name)
 
 

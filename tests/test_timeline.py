@@ -343,3 +343,32 @@ def test_without_a_block_the_origin_is_the_first_launch_and_a_late_first_capture
     assert "first GPU instance launch" in t.origin_label
     assert len(t.warnings) == 1
     assert f"keeps events for {phases.EVENT_TTL_MINUTES} min" in t.warnings[0]
+
+
+def test_first_token_follows_leaders_the_router_found_by_label(tmp_path: Path):
+    """With the DisaggregatedSet the leader pods are named per revision
+    (<set>-<slice>-<revision>-<role>-<group>, kubernetes-sigs/lws v0.10.0 docs/examples/disaggregatedset.md)
+    and smg's label discovery registers each as http://<pod IP>:<port> (sgl-router service_discovery.rs
+    PodInfo::from_pod: `format!("http://{}:{}", pod_ip, config.port)`): the leaders are the pods with
+    worker index 0, matched to the router's log by their IP."""
+    copy = tmp_path / "b"
+    shutil.copytree(FIXTURE, copy)
+    pods_file = copy / "kube" / "pods.json"
+    raw = json.loads(pods_file.read_text())
+    ips = {"prefill": "10.0.33.11", "decode": "10.0.33.12"}
+    for pod in raw["items"] if isinstance(raw, dict) else raw:
+        labels = pod["metadata"].get("labels") or {}
+        role = labels.get("pdkit/role")
+        if role in ips:
+            pod["metadata"]["name"] = pod["metadata"]["name"].replace(f"glm51-2p2d-{role}", f"glm51-2p2d-pd-0-5d8f6c9b7-{role}")
+            if labels.get("leaderworkerset.sigs.k8s.io/worker-index") == "0":
+                pod["status"]["podIP"] = ips[role]
+    pods_file.write_text(json.dumps(raw))
+    log = copy / "logs" / "glm51-2p2d-router-7d9c8b6f5-x2x7q" / "router.log"
+    text = log.read_text()
+    for role, ip in ips.items():
+        text = text.replace(f"http://glm51-2p2d-{role}-0.glm51-2p2d-{role}.pd-serving.svc:30000", f"http://{ip}:30000")
+    log.write_text(text)
+    t = phases.build(load_plan(PROFILE), bundles.read(copy))
+    assert t.missing_workers == []
+    assert t.first_token == _timeline().first_token == parse_time("2026-12-01T14:34:12.771204Z")

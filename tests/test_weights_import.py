@@ -15,6 +15,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import boto3
 import pytest
+from botocore import xform_name
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
@@ -98,7 +99,8 @@ class FakeHub:
 
 
 class Recording:
-    """A boto3 S3 client that records calls, and how many parts of one upload were in flight at once."""
+    """A boto3 S3 client that records the S3 operations it sends (boto3's managed transfer included,
+    through botocore's event hooks), and how many parts of one upload were in flight at once."""
 
     def __init__(self, client):
         self.client = client
@@ -107,29 +109,26 @@ class Recording:
         self._lock = threading.Lock()
         self._in_flight: Counter[str] = Counter()
         self.max_in_flight = 0
+        client.meta.events.register("provide-client-params.s3.*", self._started)
+        client.meta.events.register("after-call.s3.UploadPart", self._part_done)
+
+    def _started(self, params, model, context, **kw):
+        name = xform_name(model.name)
+        with self._lock:
+            if "Key" in params and not name.startswith(("head_", "get_", "list_")):
+                self.calls.append((name, params["Key"]))
+                self.args.setdefault(name, []).append(dict(params))
+            if name == "upload_part":
+                context["upload_id"] = params["UploadId"]
+                self._in_flight[params["UploadId"]] += 1
+                self.max_in_flight = max(self.max_in_flight, self._in_flight[params["UploadId"]])
+
+    def _part_done(self, context, **kw):
+        with self._lock:
+            self._in_flight[context["upload_id"]] -= 1
 
     def __getattr__(self, name):
-        attr = getattr(self.client, name)
-        if name not in ("put_object", "create_multipart_upload", "complete_multipart_upload", "abort_multipart_upload", "delete_object"):
-            return attr
-
-        def call(**kw):
-            with self._lock:
-                self.calls.append((name, kw["Key"]))
-                self.args.setdefault(name, []).append(kw)
-            return attr(**kw)
-
-        return call
-
-    def upload_part(self, **kw):
-        with self._lock:
-            self._in_flight[kw["UploadId"]] += 1
-            self.max_in_flight = max(self.max_in_flight, self._in_flight[kw["UploadId"]])
-        try:
-            return self.client.upload_part(**kw)
-        finally:
-            with self._lock:
-                self._in_flight[kw["UploadId"]] -= 1
+        return getattr(self.client, name)
 
 
 @pytest.fixture(autouse=True)
@@ -434,11 +433,14 @@ class HubServer:
                     return
                 if path.startswith(f"/api/models/{MODEL}/revision/"):
                     return self.json(server.listing())
+                if path.startswith(f"/api/models/{MODEL}/tree/{COMMIT}"):
+                    return self.json(server.tree(unquote(path[len(f"/api/models/{MODEL}/tree/{COMMIT}") :]).strip("/")))
                 if path.startswith(f"/{MODEL}/resolve/{COMMIT}/"):
                     name = unquote(path.split(f"/resolve/{COMMIT}/", 1)[1])
                     if len(server.files[name]) > LFS_OVER:
                         cdn = f"http://localhost:{self.server.server_address[1]}/cdn/{quote(name)}"
                         self.send_response(302)
+                        self.hub_headers(name)
                         self.send_header("Location", cdn)
                         self.send_header("Content-Length", "0")
                         self.end_headers()
@@ -449,6 +451,17 @@ class HubServer:
                 self.send_response(404)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def hub_headers(self, name):
+                """What the Hub's resolve endpoint adds (huggingface_hub 1.33.0 file_download.py,
+                get_hf_file_metadata: X-Repo-Commit, X-Linked-Etag or ETag, X-Linked-Size)."""
+                data = server.files[name]
+                self.send_header("X-Repo-Commit", COMMIT)
+                if len(data) > LFS_OVER:
+                    self.send_header("X-Linked-Etag", f'"{sha(data)}"')
+                    self.send_header("X-Linked-Size", str(len(data)))
+                else:
+                    self.send_header("ETag", f'"{git_blob_id(data)}"')
 
             def json(self, body):
                 data = json.dumps(body).encode()
@@ -468,6 +481,8 @@ class HubServer:
                 data = server.files[name]
                 start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get("Range") else 0
                 self.send_response(206 if start else 200)
+                if not urlsplit(self.path).path.startswith("/cdn/"):
+                    self.hub_headers(name)
                 self.send_header("Content-Length", str(len(data) - start))
                 self.end_headers()
                 stop = server.drop_at.pop(name, None)
@@ -478,6 +493,22 @@ class HubServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def tree(self, folder):
+        """GET /api/models/<repo>/tree/<rev>/<folder>: the folder's direct children, in the Hub's shape
+        (huggingface_hub 1.33.0 hf_api.py, RepoFile / RepoFolder)."""
+        entries, folders = [], set()
+        for name, data in self.files.items():
+            parent, _, _ = name.rpartition("/")
+            if parent == folder:
+                entry = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": name}
+                if len(data) > LFS_OVER:
+                    entry["lfs"] = {"oid": sha(data), "size": len(data), "pointerSize": 134}
+                entries.append(entry)
+            elif name.startswith(f"{folder}/" if folder else ""):
+                sub = name[len(folder) + 1 if folder else 0 :].split("/")[0]
+                folders.add(f"{folder}/{sub}" if folder else sub)
+        return [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f} for f in sorted(folders)] + entries
 
     def listing(self):
         siblings = []
@@ -499,7 +530,7 @@ def hub_server(monkeypatch):
 
 
 def real_hub(server, token="hf_secret"):  # noqa: S107 - a fake token for the local fake Hub
-    return weights_import.HfHub(token, endpoint=server.endpoint, sleep=lambda s: None)
+    return weights_import.HfHub(token, endpoint=server.endpoint)
 
 
 def test_the_hub_client_reads_the_listing_at_one_commit(hub_server):
@@ -524,12 +555,15 @@ def test_import_through_the_real_hub_client_keeps_the_token_on_the_hub(hub_serve
 
 
 def test_a_broken_download_resumes_with_a_range_request(hub_server, s3):
+    """HfFileSystem's streaming file reopens a broken GET once with `Range: bytes=<position>-`
+    (huggingface_hub 1.33.0 hf_file_system.py, HfFileSystemStreamFile.read/_open_connection), and
+    http_stream_backoff retries a 503 first."""
     name = "model-00001-of-00003.safetensors"
-    hub_server.drop_at[name] = 3 * MIB + 5
-    hub_server.flaky[name] = 2
+    hub_server.drop_at[name] = PART + 2 * MIB + 5
+    hub_server.flaky[name] = 1
     run(real_hub(hub_server), s3)
     ranges = [r for path, _, r in hub_server.requests if path == f"/cdn/{name}"]
-    assert ranges[-1] == f"bytes={3 * MIB + 5}-"
+    assert ranges[-1] == f"bytes={PART}-", "the stream resumes after the last part the upload read"
     assert s3.get_object(Bucket=BUCKET, Key=PREFIX + name)["Body"].read() == FILES[name]
 
 
@@ -549,6 +583,6 @@ def test_the_hubs_refusals_are_not_retryable(hub_server, status, code, message):
 
 
 def test_an_unreachable_hub_names_the_nat_gateway():
-    hub = weights_import.HfHub(None, endpoint="http://127.0.0.1:9", sleep=lambda s: None)
+    hub = weights_import.HfHub(None, endpoint="http://127.0.0.1:9")
     with pytest.raises(ImportFailed, match="NAT gateway"):
         hub.snapshot(MODEL, "main")

@@ -8,9 +8,11 @@ writer's digest or none). A file replaced by one of the same size must fail on t
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
+from botocore.exceptions import ClientError
 from test_serving_weights import BUCKET, FILES, PREFIX, REGION, imported, s3, sha, snapshot_dir  # noqa: F401 (fixtures)
 
 from pdkit.serving import weights_manifest
@@ -67,10 +69,10 @@ def test_import_from_the_command_line_uploads_the_snapshot_and_its_manifest(s3, 
     assert weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX], s3_factory=factory) == 0
     total = sum(len(data) for data in FILES.values())
     assert f"import: {len(FILES)} files, {total / 1e9:.1f} GB from {snapshot_dir} to s3://{BUCKET}/{PREFIX}" in caplog.messages
-    assert f"import: {len(FILES)} files uploaded, 0 already there; manifest {manifest.digest()[:12]}" in " ".join(caplog.messages)
+    assert f"import: {len(FILES)} files uploaded, 0 already there; manifest {manifest.digest()[:12]}" in caplog.messages
     caplog.clear()
     assert weights_manifest.main([*argv, "--region", REGION], s3_factory=factory) == 0
-    assert f"import: 0 files uploaded, {len(FILES)} already there; manifest {manifest.digest()[:12]}" in " ".join(caplog.messages)
+    assert f"import: 0 files uploaded, {len(FILES)} already there; manifest {manifest.digest()[:12]}" in caplog.messages
 
 
 @pytest.mark.parametrize("missing", ["--model", "--revision", "--bucket", "--prefix"])
@@ -113,3 +115,67 @@ def test_a_problem_goes_to_stderr_and_the_summary_counts_gigabytes(s3, imported,
     s3.delete_object(Bucket=BUCKET, Key=PREFIX + "config.json")
     code, err = _verify(s3, capsys)
     assert (code, err) == (1, "pdkit weights: config.json: missing\n")
+
+
+# --- the manifest's own checks, message by message (the staging init container refuses on these) ----------
+
+ENTRY = {"path": "a.safetensors", "size": 3, "sha256": "0" * 64}
+
+
+def _manifest_json(files, **body):
+    return json.dumps({"format": weights_manifest.FORMAT, "model": "m", "revision": "r", "files": files} | body)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+        ("[]", f"not a {weights_manifest.FORMAT} manifest"),
+        (json.dumps({"format": weights_manifest.FORMAT, "total_bytes": 0}), "lists no files"),
+        (_manifest_json([ENTRY | {"path": 5}], total_bytes=3), "file path 5 is not a string"),
+        (_manifest_json([ENTRY | {"path": ""}], total_bytes=3), "file path '' is not a string"),
+        (_manifest_json([ENTRY | {"path": "a\\b"}], total_bytes=3), "file path 'a\\\\b' is not a plain relative path"),
+        (_manifest_json([ENTRY | {"path": "a//b"}], total_bytes=3), "file path 'a//b' is not a plain relative path"),
+    ],
+    ids=["not-json", "not-an-object", "no-files-key", "path-not-string", "empty-path", "backslash", "double-slash"],
+)
+def test_a_broken_manifest_is_refused_with_its_reason(text, message):
+    with pytest.raises(weights_manifest.ManifestError) as info:
+        weights_manifest.Manifest.from_json(text)
+    assert str(info.value) == message
+
+
+def test_an_empty_file_is_a_valid_entry():
+    """Checkpoints carry empty files (e.g. an empty added_tokens.json): size 0 is a byte count."""
+    manifest = weights_manifest.Manifest.from_json(_manifest_json([ENTRY | {"size": 0}], total_bytes=0))
+    assert manifest.files[0].size == 0
+
+
+def test_a_snapshot_without_model_files_is_refused(tmp_path):
+    (tmp_path / ".cache").mkdir()
+    with pytest.raises(weights_manifest.ManifestError) as info:
+        weights_manifest.scan_snapshot(tmp_path, model="m", revision="r")
+    assert str(info.value) == f"{tmp_path} holds no model files"
+
+
+@pytest.mark.parametrize(
+    ("error", "missing"),
+    [
+        (ClientError({"Error": {"Code": "404", "Message": "Not Found"}}, "HeadObject"), True),
+        (ClientError({"Error": {"Code": "NoSuchKey"}}, "GetObject"), True),
+        (ClientError({"Error": {"Code": "NotFound"}}, "HeadObject"), True),
+        (ClientError({"Error": {"Code": "AccessDenied"}}, "HeadObject"), False),
+        (ClientError({"ResponseMetadata": {"HTTPStatusCode": 500}}, "HeadObject"), False),
+        (ConnectionError("reset"), False),
+    ],
+    ids=["head-404", "get-nosuchkey", "notfound", "denied", "no-error-body", "not-an-aws-error"],
+)
+def test_only_a_missing_object_counts_as_missing(error, missing):
+    """HeadObject answers a missing key with a bare 404 (no body, so botocore's code is "404"); GetObject with
+    NoSuchKey (S3 API reference, HeadObject and GetObject); anything else is a real failure."""
+    assert weights_manifest._is_missing(error) is missing
+
+
+def test_a_manifest_without_model_or_revision_names_neither():
+    manifest = weights_manifest.Manifest.from_json(json.dumps({"format": weights_manifest.FORMAT, "files": [ENTRY], "total_bytes": 3}))
+    assert (manifest.model, manifest.revision) == ("", "")

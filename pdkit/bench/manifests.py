@@ -6,7 +6,9 @@ router, which pairs a prefill and a decode server per request. The random datase
 (bench_serving ignores EOS unless told otherwise); without it lengths are drawn from [0, len]. Each
 level runs `warmup_requests` first at the same concurrency (bench_serving caps warm-up answers at 32
 tokens) and then `prompts_per_level` requests with at most `concurrency` in flight. All numbers come
-from the profile's `bench` section.
+from the profile's `bench` section. `--workload shared-prefix` swaps the random dataset for
+bench_serving's generated-shared-prefix one (`bench.shared_prefix`) with `--cache-report`, the run
+that shows prefill's prefix cache and the router's cache-aware policy.
 
 The pod runs on the on-demand system nodes, never on a GPU node: a client on a decode node would take
 CPU from UCCL-EP's proxy threads, the very path the seed measures. bench_serving fetches the
@@ -36,6 +38,9 @@ RESULTS_DIR = "/results"
 CACHE_DIR = "/cache"
 COMPACT_SOURCE = Path(compact.__file__)
 RUN_LABEL = "pdkit/bench-run"
+# random: fixed-length random prompts; shared-prefix: groups of prompts sharing a long system prompt,
+# the workload where prefill's prefix cache and cache-aware routing show.
+WORKLOADS = ("random", "shared-prefix")
 # Same prompts on every run and every level: comparisons between runs are like for like.
 DATASET_SEED = 1
 # The router waits for the model; so does bench_serving's readiness check (GET /v1/models).
@@ -62,7 +67,61 @@ def results_file(concurrency: int) -> str:
     return f"{RESULTS_DIR}/bench-c{concurrency}.jsonl"
 
 
-def bench_argv(plan: Plan, *, concurrency: int, base_url: str, tokenizer: str) -> list[str]:
+def shared_prefix_prompts(plan: Plan) -> int:
+    """bench_serving sends groups x prompts-per-group requests; at least prompts_per_level of them."""
+    b = plan.profile.bench
+    return b.shared_prefix.groups * -(-b.prompts_per_level // b.shared_prefix.groups)
+
+
+def prompt_len(plan: Plan, workload: str) -> int:
+    """Prompt tokens per request: the shared system prompt plus the question for shared-prefix."""
+    b = plan.profile.bench
+    return b.shared_prefix.system_prompt_len + b.shared_prefix.question_len if workload == "shared-prefix" else b.input_len
+
+
+def dataset_argv(plan: Plan, workload: str) -> list[str]:
+    """The dataset flags of one workload (SGLang 0.5.23 bench_serving; tests/fixtures/bench/bench_serving_help.txt)."""
+    b = plan.profile.bench
+    if workload == "random":
+        return [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(b.input_len),
+            "--random-output-len",
+            str(b.output_len),
+            "--random-range-ratio",
+            "1.0",
+            "--num-prompts",
+            str(b.prompts_per_level),
+        ]
+    if workload == "shared-prefix":
+        gsp = b.shared_prefix
+        return [
+            "--dataset-name",
+            "generated-shared-prefix",
+            "--gsp-num-groups",
+            str(gsp.groups),
+            "--gsp-prompts-per-group",
+            str(shared_prefix_prompts(plan) // gsp.groups),
+            "--gsp-system-prompt-len",
+            str(gsp.system_prompt_len),
+            "--gsp-question-len",
+            str(gsp.question_len),
+            "--gsp-output-len",
+            str(b.output_len),
+            "--gsp-num-turns",
+            str(gsp.turns),
+            "--num-prompts",
+            str(shared_prefix_prompts(plan)),
+            # Each answer's meta_info.cached_tokens (prefill's prefix hit, passed on to decode with the KV)
+            # summed into the record's cache_report.cache_hit_rate_pct (sglang/benchmark/serving.py).
+            "--cache-report",
+        ]
+    raise KitError(f"unknown workload {workload!r}. Fix: use one of {', '.join(WORKLOADS)}")
+
+
+def bench_argv(plan: Plan, *, concurrency: int, base_url: str, tokenizer: str, workload: str = "random") -> list[str]:
     b = plan.profile.bench
     return [
         "python3",
@@ -77,16 +136,7 @@ def bench_argv(plan: Plan, *, concurrency: int, base_url: str, tokenizer: str) -
         served_model_name(plan),
         "--tokenizer",
         tokenizer,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(b.input_len),
-        "--random-output-len",
-        str(b.output_len),
-        "--random-range-ratio",
-        "1.0",
-        "--num-prompts",
-        str(b.prompts_per_level),
+        *dataset_argv(plan, workload),
         "--max-concurrency",
         str(concurrency),
         "--request-rate",
@@ -106,12 +156,12 @@ def bench_argv(plan: Plan, *, concurrency: int, base_url: str, tokenizer: str) -
     ]
 
 
-def bench_script(plan: Plan, *, levels: tuple[int, ...], base_url: str, tokenizer: str) -> str:
+def bench_script(plan: Plan, *, levels: tuple[int, ...], base_url: str, tokenizer: str, workload: str = "random") -> str:
     steps = []
     for c in levels:
         steps.append(
             f'echo "pdkit-bench-level concurrency={c}"\n'
-            f"{shlex.join(bench_argv(plan, concurrency=c, base_url=base_url, tokenizer=tokenizer))}\n"
+            f"{shlex.join(bench_argv(plan, concurrency=c, base_url=base_url, tokenizer=tokenizer, workload=workload))}\n"
             "status=$?\n"
             '[ "$status" -eq 0 ] || failed=1\n'
             f'python3 {SCRIPT_DIR}/compact.py {results_file(c)} {c} "$status"'
@@ -128,7 +178,16 @@ def check_levels(levels: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sorted(dict.fromkeys(levels)))
 
 
-def render(plan: Plan, *, image: str, run_id: str, levels: tuple[int, ...], tokenizer: str | None = None, deadline_s: int) -> list[Obj]:
+def render(
+    plan: Plan,
+    *,
+    image: str,
+    run_id: str,
+    levels: tuple[int, ...],
+    tokenizer: str | None = None,
+    deadline_s: int,
+    workload: str = "random",
+) -> list[Obj]:
     """The script ConfigMap and the Job, in apply order."""
     if plan.system_node_arch != IMAGE_ARCH:
         raise KitError(
@@ -144,7 +203,11 @@ def render(plan: Plan, *, image: str, run_id: str, levels: tuple[int, ...], toke
     container = {
         "name": "bench",
         "image": image,
-        "command": ["/bin/bash", "-c", bench_script(plan, levels=levels, base_url=router_url(plan), tokenizer=tokenizer or plan.model.id)],
+        "command": [
+            "/bin/bash",
+            "-c",
+            bench_script(plan, levels=levels, base_url=router_url(plan), tokenizer=tokenizer or plan.model.id, workload=workload),
+        ],
         "env": [
             {"name": "HOME", "value": f"{CACHE_DIR}/home"},
             {"name": "HF_HOME", "value": f"{CACHE_DIR}/huggingface"},

@@ -17,7 +17,7 @@ from typing import Any
 
 from pdkit.bench import workload
 from pdkit.bench.model import LatencyModel
-from pdkit.bench.results import Level, Sweep
+from pdkit.bench.results import CACHE_HIT_METRIC, Level, Sweep
 from pdkit.bench.seed import Seed
 from pdkit.plan import Plan
 
@@ -239,6 +239,7 @@ def header(sweep: Sweep, *, plan: Plan, run_meta: dict[str, Any] | None) -> list
     if warning := workload.deployment_warning(ran, plan.name):
         lines += [f"> **Warning:** {warning}.", ""]
     lines += [f"- Model: {plan.model.id}; layout: {_layout(plan)}.", f"- Workload (from the run's records): {ran.line()}."]
+    lines += cache_hit_line(sweep.levels)
     lines += [f"- Skipped {item}." for item in sweep.skipped]
     lines += [f"- **Warning:** {item}." for item in sweep.warnings]
     if meta:
@@ -363,6 +364,7 @@ COMPARE_METRICS = (
     ("p99 ITL (ms)", "p99_itl_ms", 2, True),
     ("input tok/s", "input_throughput", 0, False),
     ("output tok/s", "output_throughput", 0, False),
+    ("prefix cache hit rate (%)", CACHE_HIT_METRIC, 1, False),
 )
 
 
@@ -379,6 +381,24 @@ def backend_label(run_meta: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def router_label(run_meta: dict[str, Any] | None) -> str:
+    """The router's policies as the run recorded them (run.json "router_policies"), or nothing."""
+    policies = (run_meta or {}).get("router_policies")
+    if not isinstance(policies, dict):
+        return ""
+    ranks = ", dp-aware" if policies.get("dp_aware") else ""
+    return f"; router prefill {policies.get('prefill', '?')}, decode {policies.get('decode', '?')}{ranks}"
+
+
+def cache_hit_line(levels: Sequence[Level]) -> list[str]:
+    """The prefix cache hit rate per level, when the run recorded one (`pdkit bench --workload shared-prefix`)."""
+    rates = [(lv.label, rate) for lv in levels if (rate := lv.get(CACHE_HIT_METRIC)) is not None]
+    if not rates:
+        return []
+    each = ", ".join(f"{label} {rate:.1f}%" for label, rate in rates)
+    return [f"- Prefix cache hit rate (bench_serving --cache-report: cached prompt tokens over prompt tokens, found on prefill): {each}."]
+
+
 def _verdict(a: float | None, b: float | None, lower_is_better: bool) -> str:
     if a is None or b is None or a <= 0:
         return "-"
@@ -389,7 +409,10 @@ def _verdict(a: float | None, b: float | None, lower_is_better: bool) -> str:
 
 def compare_markdown(a: Sweep, b: Sweep, *, a_name: str, b_name: str, a_meta: dict[str, Any] | None, b_meta: dict[str, Any] | None) -> str:
     """TTFT, TPOT, ITL and throughput of two runs per concurrency level, each run labelled by its backends."""
-    labels = {"A": f"{a_name} ({backend_label(a_meta)})", "B": f"{b_name} ({backend_label(b_meta)})"}
+    labels = {
+        "A": f"{a_name} ({backend_label(a_meta)}{router_label(a_meta)})",
+        "B": f"{b_name} ({backend_label(b_meta)}{router_label(b_meta)})",
+    }
     lines = ["# A/B benchmark comparison", "", f"- A: {labels['A']}", f"- B: {labels['B']}"]
     for which, meta in (("A", a_meta), ("B", b_meta)):
         if not (meta or {}).get("roles"):

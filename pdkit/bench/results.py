@@ -137,6 +137,18 @@ def _rate(value: Any) -> float | None:
     return None if rate is None or math.isinf(rate) else rate
 
 
+# bench_serving --cache-report (SGLang 0.5.23 sglang/benchmark/serving.py) writes
+# `cache_report: {total_prompt_tokens, total_cached_tokens, cache_hit_rate_pct, ...}` into the record:
+# the answers' meta_info.cached_tokens (the prefix prefill found in its radix cache) over their prompt tokens.
+CACHE_HIT_METRIC = "cache_hit_rate_pct"
+
+
+def _cache_hit(record: dict[str, Any]) -> dict[str, float]:
+    report = record.get("cache_report")
+    value = _number(report.get(CACHE_HIT_METRIC)) if isinstance(report, dict) else None
+    return {} if value is None else {CACHE_HIT_METRIC: value}
+
+
 def from_record(record: dict[str, Any], source: str = "") -> Level:
     """One JSONL object as a Level."""
     if not isinstance(record, dict) or not any(k in record for k in _TTFT_KEYS) or not any(k in record for k in _DECODE_KEYS):
@@ -150,16 +162,18 @@ def from_record(record: dict[str, Any], source: str = "") -> Level:
     # records is the peak observed in flight: a measurement, not the level, so it is never used as the key.
     limit = _number(record.get("max_concurrency"))
     dataset = record.get("dataset_name")
+    random_lengths = dataset in (None, "random", "random-ids")
     return Level(
         concurrency=int(limit) if limit is not None else None,
         completed=int(record.get("completed", 0)),
         prompts=len(ttfts) if isinstance(ttfts, list) else None,
-        metrics={k: v for k in METRICS if (v := _number(record.get(k))) is not None},
+        metrics={k: v for k in METRICS if (v := _number(record.get(k))) is not None} | _cache_hit(record),
         itls_ms=tuple(itls),
         max_itl_ms=max(itls) if itls else None,
-        input_len=record.get("random_input_len"),
-        output_len=record.get("random_output_len"),
-        range_ratio=record.get("random_range_ratio"),
+        # bench_serving writes its --random-* values (defaults included) whatever the dataset: lengths only for random ones.
+        input_len=record.get("random_input_len") if random_lengths else None,
+        output_len=record.get("random_output_len") if random_lengths else None,
+        range_ratio=record.get("random_range_ratio") if random_lengths else None,
         errors=errors,
         source=source,
         request_rate=_rate(record.get("request_rate")),

@@ -67,6 +67,7 @@ def run(
     levels: tuple[int, ...],
     waiting: Waiting,
     tokenizer: str | None = None,
+    workload: str = "random",
     keep: bool = False,
     say: Callable[[str], None] = lambda _line: None,
     run_id: str | None = None,
@@ -74,7 +75,9 @@ def run(
 ) -> BenchRun:
     levels = manifests.check_levels(levels)
     run_id = run_id or secrets.token_hex(3)
-    objs = manifests.render(plan, image=image, run_id=run_id, levels=levels, tokenizer=tokenizer, deadline_s=int(waiting.timeout_s))
+    objs = manifests.render(
+        plan, image=image, run_id=run_id, levels=levels, tokenizer=tokenizer, deadline_s=int(waiting.timeout_s), workload=workload
+    )
     config_map, job = objs
     ns = names.namespace(plan)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -92,13 +95,20 @@ def run(
             for r in plan.roles.values()
         },
         "router": manifests.router_url(plan),
+        # How the router chose workers, so `pdkit report --compare` can label a cache-aware vs round-robin A/B.
+        "router_policies": {
+            "prefill": plan.router.prefill_policy,
+            "decode": plan.router.decode_policy,
+            "dp_aware": plan.router.dp_aware,
+        },
+        "workload": workload,
         "levels": list(levels),
-        "input_len": plan.profile.bench.input_len,
+        "input_len": manifests.prompt_len(plan, workload),
         "output_len": plan.profile.bench.output_len,
         "prompts_per_level": plan.profile.bench.prompts_per_level,
         "warmup_requests": plan.profile.bench.warmup_requests,
         "command": manifests.bench_argv(
-            plan, concurrency=levels[0], base_url=manifests.router_url(plan), tokenizer=tokenizer or plan.model.id
+            plan, concurrency=levels[0], base_url=manifests.router_url(plan), tokenizer=tokenizer or plan.model.id, workload=workload
         ),
         "job": f"{ns}/{job['metadata']['name']}",
         "started": started.isoformat(timespec="seconds"),

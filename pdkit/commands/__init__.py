@@ -25,6 +25,7 @@ MODULES = (
     "validate",
     "bench",
     "report",
+    "rehearse",
 )
 
 

@@ -12,6 +12,9 @@ level's JSONL is saved as soon as it finishes.
 
   pdkit bench --render > bench.yaml          # the manifests, no cluster needed
   pdkit bench --out results/bench-1          # then: pdkit report --bench results/bench-1 --out report/
+  pdkit bench --workload shared-prefix       # prefix-sharing prompts: prefix cache hit rate and TTFT; A/B it
+                                             # against a run with serving.router.prefill_policy: round_robin
+                                             # via pdkit report --compare
 """
 
 
@@ -33,6 +36,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p.add_argument("--kube-context", metavar="NAME", help="kubeconfig context (default: the current one; KUBECONFIG is honoured)")
     p.add_argument("--out", metavar="DIR", help="results directory (default: results/<name>/bench-<time>)")
     p.add_argument("--concurrency", type=_levels, metavar="N,N,...", help="levels to run (default: the profile's bench.concurrency)")
+    p.add_argument(
+        "--workload",
+        choices=("random", "shared-prefix"),
+        default="random",
+        help="random: fixed-length random prompts; shared-prefix: prompt groups sharing a long system prompt "
+        "(bench_serving generated-shared-prefix, sizes from bench.shared_prefix), reports the prefix cache hit rate",
+    )
     p.add_argument("--tokenizer", metavar="ID|PATH", help="tokenizer for bench_serving (default: the model's Hugging Face id)")
     p.add_argument("--image", metavar="URI", help="image with SGLang (default: the plan's serving image)")
     p.add_argument(
@@ -63,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     refuse_placeholders(plan, "pdkit bench", ((image, "--registry"),))
     deadline = int(args.timeout * 60) if args.timeout else deadline_seconds(plan, levels)
     if args.render:
-        objs = manifests.render(plan, image=image, run_id="render", levels=levels, tokenizer=args.tokenizer, deadline_s=deadline)
+        objs = manifests.render(
+            plan, image=image, run_id="render", levels=levels, tokenizer=args.tokenizer, deadline_s=deadline, workload=args.workload
+        )
         print(manifests.to_yaml(objs), end="")
         return 0
 
@@ -85,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=out,
         levels=levels,
         tokenizer=args.tokenizer,
+        workload=args.workload,
         keep=args.keep,
         waiting=Waiting(timeout_s=deadline, poll_s=30),
         say=lambda line: console.say(line, stderr=True),

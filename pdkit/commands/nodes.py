@@ -18,9 +18,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
         a.add_argument(
             "--no-serving",
             action="store_true",
-            help="leave the LeaderWorkerSets alone (default: up restores the plan's replicas, down scales them to 0 first)",
+            help="leave the DisaggregatedSet's roles alone (default: up restores the plan's replicas, down scales them to 0 first)",
         )
-        a.add_argument("--kube-context", metavar="NAME", help="kubeconfig context for the LeaderWorkerSets (default: the current one)")
+        a.add_argument("--kube-context", metavar="NAME", help="kubeconfig context for the DisaggregatedSet (default: the current one)")
         a.set_defaults(handler=run, up=name == "up")
 
 
@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
             in_context(
                 args,
                 f"GPU node groups are {verb}: {plan.instance_count} instances running. "
-                f"Next: {pdkit_command(args, 'status')} (nodes join Kubernetes), {pdkit_command(args, 'topology')}",
+                f"Next: {pdkit_command(args, 'status')} (nodes join Kubernetes), {pdkit_command(args, 'topology --assign')} "
+                "(decode on the closest nodes; run it as soon as the nodes have joined, before the serving pods start)",
             )
         )
     else:

@@ -19,6 +19,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(plan_report.as_json(the_plan))
         return 0
-    next_step = f"{make_command(args, 'synth')}   (then `{pdkit_command(args, 'capacity offerings')}` when you are ready to buy a block)"
+    next_step = (
+        f"{make_command(args, 'synth')}   (then `{pdkit_command(args, 'capacity offerings')}` when you are ready to buy a block)"
+        if the_plan.market == "capacity-block"
+        else f"{pdkit_command(args, 'preflight')}   (then `{pdkit_command(args, 'rehearse')}`: runbooks/00b-rehearsal.md)"
+    )
     print(plan_report.as_text(the_plan, next_step=next_step))
     return 0

@@ -9,7 +9,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "render",
         parents=[common],
-        help="write the serving manifests (namespace, LeaderWorkerSets, router, budgets) as plain YAML",
+        help="write the serving manifests (namespace, DisaggregatedSet, router, budgets) as plain YAML",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write one YAML file per object into")
     p.add_argument(
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         in_context(
             args,
-            f"Next: kubectl apply --server-side -f {out}/   (needs the LeaderWorkerSet CRD; runbooks/02-serve.md), then `pdkit status`",
+            f"Next: kubectl apply --server-side -f {out}/   (needs the LWS chart's DisaggregatedSet CRD; runbooks/02-serve.md), then `pdkit status`",
         )
     )
     return 0

@@ -6,17 +6,25 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pdkit.placement import Placement
+    from pdkit.plan import Plan
     from pdkit.topology import GpuNode
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("topology", parents=[common], help="network placement of the running GPU nodes per role (DescribeInstanceTopology)")
     p.add_argument("--output", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--assign",
+        action="store_true",
+        help="label each GPU node pdkit/placed-role from the topology (the closest instances serve decode); the serving pods prefer it",
+    )
+    p.add_argument("--kube-context", metavar="NAME", help="kubeconfig context for --assign (default: the current one)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdkit import aws_errors, console, topology
+    from pdkit import aws_errors, console, placement, topology
     from pdkit.aws_clients import Aws
     from pdkit.context import in_context, load_plan
     from pdkit.errors import KitError
@@ -36,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
             )
         nodes = topology.with_topology(aws.ec2, nodes)
     report = topology.analyse(plan, nodes)
+    chosen = placement.assign(plan, nodes)
+    applied = _apply(args, plan, chosen) if args.assign else []
     if args.output == "json":
-        console.print_json(report.to_dict())
+        console.print_json(report.to_dict() | {"placement": chosen.to_dict() | {"applied": applied}})
         return 0
     console.table(
         ("instance", "role", "state", "AZ", "network nodes (top > bottom)"),
@@ -59,7 +69,52 @@ def run(args: argparse.Namespace) -> int:
         console.say(f"WARN: {warning}")
     if report.decode_together:
         console.say("Decode nodes share their bottom network node: the EP all-to-all crosses a single network node.")
+    _say_placement(args, chosen, applied)
     return 0
+
+
+def _apply(args: argparse.Namespace, plan: Plan, chosen: Placement) -> list[str]:
+    """Label the Kubernetes nodes with their placed role; returns one line per node labelled."""
+    from pdkit import kube
+    from pdkit.context import in_context
+    from pdkit.errors import KitError
+    from pdkit.placement import PLACED_ROLE_LABEL
+
+    cluster = kube.connect(args.kube_context)
+    by_instance = {n.instance_id: n.name for n in cluster.gpu_nodes() if n.instance_id}
+    missing = [i for ids in chosen.roles.values() for i in ids if i not in by_instance]
+    if missing:
+        raise KitError(
+            in_context(
+                args,
+                f"{', '.join(missing)} not registered in Kubernetes yet. Fix: wait for `pdkit status` to show every node Ready, then run this again",
+            )
+        )
+    lines = []
+    for role, ids in chosen.roles.items():
+        for instance_id in ids:
+            cluster.label_node(by_instance[instance_id], {PLACED_ROLE_LABEL: role})
+            lines.append(f"{by_instance[instance_id]} ({instance_id}): {PLACED_ROLE_LABEL}={role}")
+    return lines
+
+
+def _say_placement(args: argparse.Namespace, chosen: Placement, applied: list[str]) -> None:
+    from pdkit import console
+    from pdkit.context import in_context
+
+    for warning in chosen.warnings:
+        console.say(f"WARN: {warning}")
+    roles = "; ".join(f"{role}: {', '.join(ids) or 'none'}" for role, ids in chosen.roles.items())
+    moved = f" ({', '.join(chosen.moved)} change role from their node group)" if chosen.moved else ""
+    console.say(f"Placement from the topology: {roles}{moved}.")
+    if applied:
+        console.say("Labelled: " + "; ".join(applied))
+        console.say(
+            "Pods already running keep their node (the role is preferred, not required). "
+            + in_context(args, "Next: `pdkit status` shows the placement; a pod on the wrong node moves when it restarts")
+        )
+    else:
+        console.say(in_context(args, "Next: `pdkit topology --assign` labels the nodes; the serving pods prefer the labelled role"))
 
 
 def _role(nodes: list[GpuNode], instance_id: str) -> str:

@@ -7,6 +7,7 @@ the runbook section that handles it.
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,7 +70,7 @@ def _row(ok: bool, name: str, target: str, measured: str, threshold: str, next_s
 def stuck_next_step(plan: Plan, problem: str) -> str:
     """The next step for a Job that could not run, from the scheduler's or kubelet's message."""
     if "Insufficient nvidia.com/gpu" in problem:
-        scale = "; ".join(" ".join(c) for c in drain_plan(plan).kubectl_scale_down())
+        scale = "; ".join(shlex.join(c) for c in drain_plan(plan).kubectl_scale_down())
         return f"serving holds the GPUs: {scale} (restore afterwards), then validate again"
     if "Insufficient vpc.amazonaws.com/efa" in problem:
         return NEXT["wrong_efa_count"]

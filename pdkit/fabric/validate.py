@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -101,8 +102,8 @@ def role_images(plan: Plan, registry: str | None) -> dict[str, str]:
 def ensure_serving_stopped(plan: Plan, cluster: Cluster) -> None:
     busy = cluster.serving_pods(names.namespace(plan))
     if busy:
-        scale = "; ".join(" ".join(c) for c in drain_plan(plan).kubectl_scale_down())
-        restore = "; ".join(" ".join(c) for c in drain_plan(plan).kubectl_restore())
+        scale = "; ".join(shlex.join(c) for c in drain_plan(plan).kubectl_scale_down())
+        restore = "; ".join(shlex.join(c) for c in drain_plan(plan).kubectl_restore())
         raise KitError(
             f"serving pods hold the GPU nodes ({', '.join(sorted(busy)[:4])}{', ...' if len(busy) > 4 else ''}); the validation Jobs need every "
             f"GPU and EFA device. Fix: {scale}; validate; then restore with {restore}"

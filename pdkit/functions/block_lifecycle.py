@@ -1,9 +1,9 @@
 """Capacity Block lifecycle: operators need not be awake at block start or end.
 
-- "Capacity Block Delivered": scale the GPU node groups to their plan sizes, then put every
-  LeaderWorkerSet back to its plan replicas (pods wait as Pending until the nodes join).
+- "Capacity Block Delivered": scale the GPU node groups to their plan sizes, then put every role of
+  the DisaggregatedSet back to its plan replicas (pods wait as Pending until the nodes join).
 - every few minutes: once the block's *current* end date (extensions move it) is within the drain
-  lead (T-60 by default), drain: scale every LeaderWorkerSet to 0 through the Kubernetes API, wait
+  lead (T-60 by default), drain: scale every role to 0 through the Kubernetes API, wait
   (bounded) for their pods to go, then scale the GPU node groups to 0. Deleting pods is not subject
   to the serving PodDisruptionBudgets, so they never hold the node drain EKS then does, ahead of
   EC2's T-40 warning, EKS's own scale-down and T-30 termination (pdkit/serving/drain.py).
@@ -13,7 +13,7 @@ out is reported, never a reason to keep the nodes. Every action is announced on 
 
 Two invocations may overlap (no reserved concurrency serializes them: a duplicate or doubly-spelled
 event, a 5-minute tick during a drain's pod wait, the T-40 warning during a drain). Every step
-converges instead of double-acting: scaling a LeaderWorkerSet is a merge patch of the same replicas,
+converges instead of double-acting: scaling the roles is a JSON patch to the same replicas,
 a node group already at its target is left alone, an update EKS refuses because another one is
 running is accepted once the group's desired size is the target, and only the invocation that
 changed a node group sends the notification.
@@ -83,41 +83,38 @@ def handler(
 
 
 class Serving:
-    """The LeaderWorkerSets of the plan (pdkit/serving/drain.py hands them over as SERVING)."""
+    """The DisaggregatedSet of the plan and its roles (pdkit/serving/drain.py hands them over as SERVING)."""
 
     def __init__(self, spec: dict[str, Any], connect: Callable[[], kube_api.KubeApi]) -> None:
         self.namespace: str = spec["namespace"]
         self.pod_label: str = spec["pod_label"]
-        self.replicas: dict[str, int] = spec["leader_worker_sets"]
+        self.name: str = spec["disaggregated_set"]
+        self.replicas: dict[str, int] = {r["name"]: int(r["replicas"]) for r in spec["roles"]}
         self._connect = connect
 
     def drain(self, wait_seconds: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[str, str]:
-        """Scale every LeaderWorkerSet to 0 and wait for its pods; (outcome, sentence for the notification)."""
-        scaled: list[str] = []
+        """Scale every role to 0 and wait for their pods; (outcome, sentence for the notification)."""
         try:
             api = self._connect()
-            for name in self.replicas:
-                if api.scale_leader_worker_set(self.namespace, name, 0):
-                    scaled.append(name)
+            found = api.scale_roles(self.namespace, self.name, dict.fromkeys(self.replicas, 0))
         except Exception as exc:  # the node groups must scale whatever the API does
-            done = f" (already scaled: {', '.join(scaled)})" if scaled else ""
             return "failed", (
-                f"Serving objects NOT scaled to 0{done}: {exc}. PodDisruptionBudgets may hold the node drain until EC2 reclaims "
+                f"Serving objects NOT scaled to 0: {exc}. PodDisruptionBudgets may hold the node drain until EC2 reclaims "
                 f"the instances; scale by hand: {self._kubectl(0)}."
             )
-        if not scaled:
-            return "absent", f"No LeaderWorkerSet of this deployment in {self.namespace} ({', '.join(self.replicas)}): nothing to scale."
+        if not found:
+            return "absent", f"No DisaggregatedSet {self.name} in {self.namespace}: nothing to scale."
+        scaled = [f"{self.name} {role}" for role in self.replicas]
         deadline = clock() + wait_seconds
         try:
             while True:
-                left = {name: pods for name in scaled if (pods := api.pods(self.namespace, {self.pod_label: name}))}
+                left = api.pods(self.namespace, {self.pod_label: self.name})
                 if not left:
                     return "drained", f"Serving scaled to 0 ({', '.join(scaled)}) and its pods are gone."
                 remaining = deadline - clock()
                 if remaining <= 0:
-                    count = sum(len(p) for p in left.values())
                     return "timeout", (
-                        f"Serving scaled to 0 ({', '.join(scaled)}) but {count} pod(s) of {', '.join(left)} were still there after "
+                        f"Serving scaled to 0 ({', '.join(scaled)}) but {len(left)} pod(s) of {self.name} were still there after "
                         f"{round(wait_seconds)} s; scaling the node groups anyway."
                     )
                 sleep(min(POLL_SECONDS, remaining))
@@ -125,26 +122,20 @@ class Serving:
             return "unconfirmed", f"Serving scaled to 0 ({', '.join(scaled)}), but its pods could not be listed: {exc}."
 
     def restore(self) -> tuple[str, str]:
-        """Scale every LeaderWorkerSet back to its plan replicas; (outcome, sentence for the notification)."""
-        restored: list[str] = []
-        missing: list[str] = []
+        """Scale every role back to its plan replicas; (outcome, sentence for the notification)."""
         try:
             api = self._connect()
-            for name, replicas in self.replicas.items():
-                (restored if api.scale_leader_worker_set(self.namespace, name, replicas) else missing).append(name)
+            found = api.scale_roles(self.namespace, self.name, self.replicas)
         except Exception as exc:  # the nodes are coming up either way
-            done = f" (already restored: {', '.join(restored)})" if restored else ""
-            return "failed", f"Serving objects NOT restored{done}: {exc}. Restore by hand: {self._kubectl(None)}."
-        note = f"Serving restored to the plan's replicas ({', '.join(f'{n}: {self.replicas[n]}' for n in restored) or 'none'})."
-        if missing:
-            note += f" Not found in {self.namespace}: {', '.join(missing)}; deploy the serving stack."
-        return ("restored" if not missing else "partial"), note
+            return "failed", f"Serving objects NOT restored: {exc}. Restore by hand: {self._kubectl(None)}."
+        if not found:
+            return "partial", f"No DisaggregatedSet {self.name} in {self.namespace}; deploy the serving stack."
+        return "restored", f"Serving restored to the plan's replicas ({', '.join(f'{n}: {c}' for n, c in self.replicas.items())})."
 
     def _kubectl(self, replicas: int | None) -> str:
-        return "; ".join(
-            f"kubectl -n {self.namespace} scale leaderworkerset/{name} --replicas={plan if replicas is None else replicas}"
-            for name, plan in self.replicas.items()
-        )
+        counts = self.replicas if replicas is None else dict.fromkeys(self.replicas, replicas)
+        patch = json.dumps(kube_api.roles_patch(counts), separators=(",", ":"))
+        return f"kubectl -n {self.namespace} patch disaggregatedset {self.name} --type=json -p '{patch}'"
 
 
 def _wait_seconds(env: Any, context: Any) -> float:

@@ -21,10 +21,21 @@ from typing import Any
 TOKEN_PREFIX = "k8s-aws-v1."  # noqa: S105 - the scheme prefix, not a secret
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 URL_EXPIRES_SECONDS = 60  # as `aws eks get-token`; EKS accepts a token for 15 minutes whatever this says
-LWS_GROUP_VERSION = "leaderworkerset.x-k8s.io/v1"
+DS_GROUP_VERSION = "disaggregatedset.x-k8s.io/v1"
 REQUEST_TIMEOUT_SECONDS = 10
 
 Opener = Callable[..., Any]  # urlopen-like: opener(request, timeout=...) -> response with read()
+
+
+def roles_patch(replicas: dict[str, int]) -> list[dict[str, Any]]:
+    """JSON patch (RFC 6902) of a DisaggregatedSet setting each role's replicas, `replicas` in spec.roles
+    order: a `test` of the role's name guards each index, so a reordered object is refused, not
+    mis-scaled. One patch for every role: the CRD wants replicas all zero or all non-zero."""
+    patch: list[dict[str, Any]] = []
+    for i, (role, count) in enumerate(replicas.items()):
+        patch.append({"op": "test", "path": f"/spec/roles/{i}/name", "value": role})
+        patch.append({"op": "replace", "path": f"/spec/roles/{i}/spec/replicas", "value": count})
+    return patch
 
 
 class ApiError(Exception):
@@ -75,11 +86,12 @@ class KubeApi:
         self._opener = opener
         self._timeout = timeout
 
-    def scale_leader_worker_set(self, namespace: str, name: str, replicas: int) -> bool:
-        """Merge-patch spec.replicas; False when the LeaderWorkerSet does not exist."""
-        path = f"/apis/{LWS_GROUP_VERSION}/namespaces/{_q(namespace)}/leaderworkersets/{_q(name)}"
+    def scale_roles(self, namespace: str, name: str, replicas: dict[str, int]) -> bool:
+        """Set the DisaggregatedSet's role replicas (`roles_patch`); False when it does not exist. Its
+        controller reverts any scaling of the LeaderWorkerSets it owns, so this is the one place to scale."""
+        path = f"/apis/{DS_GROUP_VERSION}/namespaces/{_q(namespace)}/disaggregatedsets/{_q(name)}"
         try:
-            self._call("PATCH", path, {"spec": {"replicas": replicas}}, content_type="application/merge-patch+json")
+            self._call("PATCH", path, roles_patch(replicas), content_type="application/json-patch+json")
         except ApiError as exc:
             if exc.status == 404:
                 return False

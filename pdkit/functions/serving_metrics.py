@@ -42,19 +42,29 @@ def datums(figures: Iterable[Figure], query: Query, *, cluster: str, roles: list
             print(f"query for {figure.metric} failed: {error}")
             failed.append(figure.metric)
             continue
-        values: dict[str | None, float] = {}
+        values: dict[tuple[tuple[str, str], ...], float] = {}
         for sample in result:
             value = float(sample["value"][1])
-            role = sample.get("metric", {}).get(c.ROLE) if figure.by_role else None
-            if math.isfinite(value) and (not figure.by_role or role in roles):
-                values[role] = value
+            key = _dimensions(figure, sample.get("metric", {}))
+            if math.isfinite(value) and key is not None and (not figure.by_role or dict(key)["Role"] in roles):
+                values[key] = value
         if figure.absent_is_zero:
             for role in roles if figure.by_role else [None]:
-                values.setdefault(role, 0.0)
-        for role, value in sorted(values.items(), key=lambda kv: kv[0] or ""):
-            dims = [{"Name": "ClusterName", "Value": cluster}] + ([{"Name": "Role", "Value": role}] if role else [])
+                values.setdefault((("Role", role),) if role else (), 0.0)
+        for key, value in sorted(values.items()):
+            dims = [{"Name": "ClusterName", "Value": cluster}] + [{"Name": k, "Value": v} for k, v in key]
             out.append({"MetricName": figure.metric, "Dimensions": dims, "Value": value, "Unit": figure.unit})
     return out, failed
+
+
+def _dimensions(figure: Figure, labels: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """The CloudWatch dimensions (besides ClusterName) of one result sample; None when a label is missing."""
+    wanted: tuple[tuple[str, str], ...] = ((c.ROLE, "Role"),) if figure.by_role else ()
+    if figure.per_rank:
+        wanted = ((c.DP_RANK, "DpRank"), (c.REPLICA, "Replica"), (c.ROLE, "Role"))
+    if any(not labels.get(label) for label, _ in wanted):
+        return None
+    return tuple((name, labels[label]) for label, name in wanted)
 
 
 def _attempt(query: Query, promql: str) -> tuple[list[dict[str, Any]], Exception | None]:

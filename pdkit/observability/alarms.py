@@ -24,6 +24,8 @@ ROUTER_ERROR_RATIO = 0.05
 # From "Capacity Block Delivered" to GPU nodes Ready: the lifecycle function scales the node groups at
 # once; p5en boot, NVMe RAID and kubelet join take 10-15 minutes.
 NODES_READY_MINUTES = 15
+# Expert balancedness is noisy per forward pass and at low load: page on a quarter hour of it, not a burst.
+EXPERT_IMBALANCE_MINUTES = 15
 
 Area = Literal["infrastructure", "serving", "capacity", "pipeline"]
 Purpose = Literal["serving-metrics", "block-clock"]
@@ -221,6 +223,26 @@ def alarms(plan: Plan) -> list[Alarm]:
             5,
         ),
     ]
+    for role in plan.roles.values():
+        if not role.reports_expert_balancedness:
+            continue
+        out.append(
+            Alarm(
+                f"expert-imbalance-{role.name}",
+                f"{name}-expert-imbalance-{role.name}",
+                "serving",
+                f"{role.name}: SGLang's expert balancedness (mean/max tokens per EP rank, 1 = even) below "
+                f"{p.expert_balancedness_min:g} (observability.expert_balancedness_min) for {EXPERT_IMBALANCE_MINUTES} minutes: "
+                f"the busiest of {role.ep} EP ranks sets the pace of every MoE layer.",
+                "Compare the per-DP-rank panels (one hot rank, or a skewed workload?), then consider EPLB "
+                "(--enable-eplb with redundant experts) for this workload.",
+                (_figure(plan, "balancedness", "ExpertBalancedness", role.name, "Average"),),
+                "LessThanThreshold",
+                p.expert_balancedness_min,
+                EXPERT_IMBALANCE_MINUTES,
+                EXPERT_IMBALANCE_MINUTES,
+            )
+        )
     for purpose, what in FUNCTIONS:
         fn = function_name(plan, purpose)
         out.append(

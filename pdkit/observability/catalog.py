@@ -13,7 +13,13 @@ Sources, read 2026-11-30 (re-check when bumping a pin):
   default in the add-on); node_gpu_limit and node_efa_limit are emitted only for nodes that have
   the resource, so system nodes never report 0 GPUs.
 - SGLang 0.5.23 `--enable-metrics` (python/sglang/srt/observability/metrics_collector.py): served on
-  the HTTP port's /metrics in the `sglang:` form.
+  the HTTP port's /metrics in the `sglang:` form. Scheduler series carry `tp_rank`, `pp_rank`,
+  `moe_ep_rank` and, under attention DP, `dp_rank` (`SchedulerMetricsCollector.init_new`). Each
+  scheduler with attn_tp_rank == 0 and attn_cp_rank == 0 records them, so with attention DP every
+  DP rank reports its own load without `--enable-metrics-for-all-schedulers` (that flag would add
+  the other TP/CP ranks of a group, which repeat the same requests). `sglang:eplb_balancedness`
+  exists only with `--expert-balancedness-report-mode prometheus|both`, on the MoE EP rank 0
+  scheduler (metrics_collector.py; scheduler_components/metrics_reporter.py).
 - The router, smg 1.13.0 (model_gateway/src/observability/metrics.rs; names checked at smg v1.9.0
   and main f8daa88, 2026-08-22): Prometheus on port 29000.
 """
@@ -42,13 +48,18 @@ METRICS_PATH = "/metrics"
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 # Labels the scrape configuration puts on every series; dashboards and figures group by them.
-ROLE = "role"  # prefill | decode (from the pods' pdkit/role label; for router series, from the worker URL)
+ROLE = "role"  # prefill | decode (from the pods' pdkit/role label)
 REPLICA = "replica"  # LeaderWorkerSet group index = SGLang replica of the role
 NODE_RANK = "node_rank"  # LeaderWorkerSet worker index = SGLang --node-rank (0 is the leader)
+DP_RANK = "dp_rank"  # SGLang's own label: the attention-DP rank of the scheduler (absent without attention DP)
 POD = "pod"
+# host:port of a worker: the SGLang target's address, and on router series the address in the worker URL.
+# smg's Kubernetes discovery registers a pod as http://<pod IP>:<port> (service_discovery.rs,
+# PodInfo::worker_url), so router series are joined to SGLang's on it to learn role and replica.
+ADDRESS = "address"
 NODE = "node"
 
-PromKind = Literal["counter", "gauge", "histogram"]
+PromKind = Literal["counter", "gauge", "histogram", "summary"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ class PromMetric:
         """The series names a query may use (a histogram is stored as _bucket, _sum and _count)."""
         if self.kind == "histogram":
             return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        if self.kind == "summary":  # prometheus_client's Summary exports no quantiles, only these two
+            return (f"{self.name}_sum", f"{self.name}_count")
         return (self.name,)
 
 
@@ -87,6 +100,18 @@ PROMETHEUS: tuple[PromMetric, ...] = (
     PromMetric("sglang:num_transfer_failed_reqs_total", "counter", "sglang", "requests whose KV transfer failed"),
     PromMetric("sglang:num_bootstrap_failed_reqs_total", "counter", "sglang", "requests whose prefill/decode bootstrap failed"),
     PromMetric("sglang:num_decode_transfer_queue_reqs", "gauge", "sglang", "decode requests waiting for their KV cache"),
+    PromMetric(
+        "sglang:dp_attention_token_imbalance_ratio",
+        "histogram",
+        "sglang",
+        "per MLP-sync step, max over mean tokens across the DP ranks (1 = balanced); DP rank 0 reports it",
+    ),
+    PromMetric(
+        "sglang:eplb_balancedness",
+        "summary",
+        "sglang",
+        "per forward pass, mean/max of the tokens the EP ranks' experts took, averaged over MoE layers (1 = balanced); EP rank 0 reports it",
+    ),
     PromMetric("smg_http_requests_total", "counter", "router", "HTTP requests received by the router"),
     PromMetric("smg_http_responses_total", "counter", "router", "HTTP responses by status_code"),
     PromMetric("smg_router_request_errors_total", "counter", "router", "router-side request errors by error_type"),
@@ -110,6 +135,7 @@ GPU_DEVICE_DIMS = ("ClusterName", "GpuDevice", "InstanceId", "InstanceType", "No
 EFA_DEVICE_DIMS = ("ClusterName", "InstanceId", "InstanceType", "NetworkInterfaceId", "NodeName")
 POD_DIMS = ("ClusterName", "FullPodName", "Namespace", "PodName")
 ROLE_DIMS = ("ClusterName", "Role")
+RANK_DIMS = ("ClusterName", "DpRank", "Replica", "Role")
 BLOCK_DIMS = ("CapacityReservationId", "ClusterName")
 
 

@@ -70,9 +70,51 @@ def serving(plan: Plan, *, alarm_arn_prefix: str) -> dict[str, Any]:
         _figure_graph(plan, "Router requests/s and errors/s", ["RouterRequestsPerSecond", "RouterErrorsPerSecond"], None),
         _figure_graph(plan, "Router 5xx share (0..1)", ["RouterErrorRatio"], None, hlines=[("alarm", _threshold(plan, "router-errors"))]),
         _figure_graph(plan, "End-to-end latency p99 (ms)", ["E2eP99Ms"], roles),
+        *_rank_load(plan),
+        *_expert_balance(plan),
         _alarm_status(plan, alarm_arn_prefix, [a for a in alarms(plan) if a.area == "serving"]),
     ]
     return {"start": "-PT3H", "periodOverride": "inherit", "widgets": _layout(widgets)}
+
+
+def _rank_load(plan: Plan) -> list[Widget]:
+    """One line per attention-DP rank (SEARCH: ranks exist only while the role serves), per role with DP."""
+    out = []
+    for role in (r for r in plan.roles.values() if r.attn_dp > 1):
+        ranks = f"{role.replicas} x {role.attn_dp} DP ranks"
+        for metric, title, stat in (
+            ("RankRunningRequests", "running requests", "Average"),
+            ("RankQueuedRequests", "queued requests", "Average"),
+            ("RankKvCacheUsage", "KV-cache usage (0..1)", "Maximum"),
+        ):
+            query = _search(c.SERVING_NAMESPACE, c.RANK_DIMS, metric, {"ClusterName": plan.cluster_name, "Role": role.name}, stat, metric)
+            out.append(_graph(plan, f"{role.name}: {title} per DP rank ({ranks})", [query], stat=stat))
+        out.append(
+            _figure_graph(
+                plan,
+                f"{role.name}: DP load imbalance, busiest over mean tokens per step (1 = even, {role.attn_dp} = one rank busy)",
+                ["DpTokenImbalance"],
+                [role.name],
+                hlines=[("even", 1)],
+            )
+        )
+    return out
+
+
+def _expert_balance(plan: Plan) -> list[Widget]:
+    roles = [r.name for r in plan.roles.values() if r.reports_expert_balancedness]
+    if not roles:
+        return []
+    floor = plan.profile.observability.expert_balancedness_min
+    return [
+        _figure_graph(
+            plan,
+            "Expert balancedness, mean/max tokens per EP rank (1 = even)",
+            ["ExpertBalancedness"],
+            roles,
+            hlines=[("expert_balancedness_min alarm", floor)],
+        )
+    ]
 
 
 def infrastructure(plan: Plan, *, alarm_arn_prefix: str) -> dict[str, Any]:

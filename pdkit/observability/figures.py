@@ -31,6 +31,8 @@ class Figure:
     # Counters and health series that do not exist yet mean zero (SGLang creates a failure counter on
     # its first failure; a router that is not running reports no worker health at all).
     absent_is_zero: bool = False
+    # One point per attention-DP rank: results also carry `replica` and `dp_rank`.
+    per_rank: bool = False
 
     @property
     def series(self) -> tuple[str, ...]:
@@ -39,6 +41,8 @@ class Figure:
 
     @property
     def dimensions(self) -> tuple[str, ...]:
+        if self.per_rank:
+            return c.RANK_DIMS
         return c.ROLE_DIMS if self.by_role else c.CLUSTER_DIMS
 
 
@@ -55,6 +59,18 @@ def _rate(counter: str, scale: float = 1.0) -> str:
 
 def _gauge(gauge: str) -> str:
     return f'sum by ({c.ROLE}) ({gauge}{{job="{c.SGLANG_JOB}"}})'
+
+
+def _per_rank(gauge: str) -> str:
+    # Within one DP rank only its attn_tp_rank 0 / attn_cp_rank 0 scheduler records (SGLang 0.5.23), but
+    # pipeline stages may each report the same requests: one value per rank, not a sum.
+    return f'max by ({c.ROLE}, {c.REPLICA}, {c.DP_RANK}) ({gauge}{{job="{c.SGLANG_JOB}",{c.DP_RANK}!=""}})'
+
+
+def _mean(summary_or_histogram: str) -> str:
+    """Mean of the observations over the window: rate of _sum over rate of _count."""
+    rates = [f'sum by ({c.ROLE}) (rate({summary_or_histogram}_{part}{{job="{c.SGLANG_JOB}"}}[{WINDOW}]))' for part in ("sum", "count")]
+    return " / ".join(rates)
 
 
 _ROUTER = f'job="{c.ROUTER_JOB}"'
@@ -95,6 +111,30 @@ FIGURES: tuple[Figure, ...] = (
         "requests whose prefill/decode bootstrap failed, per minute",
         absent_is_zero=True,
     ),
+    Figure("RankRunningRequests", _per_rank("sglang:num_running_reqs"), "Count", True, "requests running on one DP rank", per_rank=True),
+    Figure("RankQueuedRequests", _per_rank("sglang:num_queue_reqs"), "Count", True, "requests queued on one DP rank", per_rank=True),
+    Figure("RankKvCacheUsage", _per_rank("sglang:token_usage"), "None", True, "KV-cache pool usage of one DP rank, 0..1", per_rank=True),
+    Figure(
+        "BusiestRankRunningRequests",
+        f"max by ({c.ROLE}) ({_per_rank('sglang:num_running_reqs')})",
+        "Count",
+        True,
+        "requests running on the busiest DP rank",
+    ),
+    Figure(
+        "DpTokenImbalance",
+        _mean("sglang:dp_attention_token_imbalance_ratio"),
+        "None",
+        True,
+        "mean over steps of max/mean tokens across the DP ranks (1 = balanced)",
+    ),
+    Figure(
+        "ExpertBalancedness",
+        _mean("sglang:eplb_balancedness"),
+        "None",
+        True,
+        "mean over forward passes of SGLang's expert balancedness, mean/max tokens per EP rank (1 = balanced)",
+    ),
     Figure(
         "MetricsTargetsUp",
         f'sum by ({c.ROLE}) (up{{job="{c.SGLANG_JOB}"}})',
@@ -105,8 +145,11 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "HealthyWorkers",
-        # Every router replica reports every worker: take one verdict per worker, then count them.
-        f"sum by ({c.ROLE}) (max by ({c.ROLE}, {c.REPLICA}) (smg_worker_health{{{_ROUTER}}}))",
+        # Every router replica reports every worker: one verdict per worker address, given the role and
+        # replica of the SGLang pod at that address (scrape.py), then one per replica, counted per role.
+        f"sum by ({c.ROLE}) (max by ({c.ROLE}, {c.REPLICA}) ("
+        f"max by ({c.ADDRESS}) (smg_worker_health{{{_ROUTER}}}) * on ({c.ADDRESS}) group_left ({c.ROLE}, {c.REPLICA}) "
+        f'max by ({c.ADDRESS}, {c.ROLE}, {c.REPLICA}) (0 * up{{job="{c.SGLANG_JOB}"}} + 1)))',
         "Count",
         True,
         "replicas (LeaderWorkerSet groups) whose health check passes at the router",

@@ -7,8 +7,11 @@ Two jobs, both by Kubernetes pod discovery in the serving namespace:
 - `router`: every pod exposing the router's Prometheus port.
 
 Labels: `role`, `replica` (LeaderWorkerSet group index), `node_rank` (LWS worker index), `pod`,
-`node`. Router series about a worker (`worker="http://<lws>-<replica>.<lws>.<ns>.svc:<port>"`) get
-`role` and `replica` from that URL, so the router's view and SGLang's own series line up.
+`node`, and `address` (the target's host:port). SGLang's own scheduler labels (`tp_rank`, `pp_rank`,
+`moe_ep_rank`, and `dp_rank` under attention DP) pass through untouched: the per-DP-rank figures
+group by `dp_rank`, so no relabelling may drop or rename it. The router discovers workers by label
+and reports each as `worker="http://<pod IP>:<port>"`; its series get that host:port as `address`, and
+figures join them to SGLang's series on it to learn the worker's role and replica.
 
 Managed-collector limits honoured here (AMP user guide, "Scraper configuration"): only
 kubernetes_sd_configs, interval >= 30 s, no DNS names other than the API server.
@@ -34,11 +37,8 @@ def meta_label(kubernetes_label: str) -> str:
     return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", kubernetes_label)
 
 
-def worker_url_regex(plan: Plan) -> str:
-    """Matches the router's worker URLs (pdkit/serving: http://<name>-<role>-<i>.<name>-<role>.<ns>.svc:<port>)."""
-    roles = "|".join(sorted(plan.roles))
-    name = re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", plan.name)  # RE2 and Python agree on these escapes
-    return rf"https?://{name}-({roles})-([0-9]+)\..*"
+# The address inside the router's worker URL (smg: http://<pod IP>:<port>; https when TLS is on).
+WORKER_URL_ADDRESS = r"https?://([^/]+)/?"
 
 
 def config(plan: Plan) -> dict[str, Any]:
@@ -61,6 +61,7 @@ def config(plan: Plan) -> dict[str, Any]:
             {"source_labels": [meta_label(ROLE_LABEL)], "target_label": c.ROLE},
             {"source_labels": [meta_label(c.LWS_GROUP_INDEX_LABEL)], "target_label": c.REPLICA},
             {"source_labels": [meta_label(c.LWS_WORKER_INDEX_LABEL)], "target_label": c.NODE_RANK},
+            {"source_labels": ["__address__"], "target_label": c.ADDRESS},
             *common,
         ],
         # Pin one name form: `sglang_x` (underscore escaping) becomes `sglang:x` again.
@@ -83,8 +84,7 @@ def config(plan: Plan) -> dict[str, Any]:
             *common,
         ],
         "metric_relabel_configs": [
-            {"source_labels": ["worker"], "regex": worker_url_regex(plan), "target_label": c.ROLE, "replacement": "$1"},
-            {"source_labels": ["worker"], "regex": worker_url_regex(plan), "target_label": c.REPLICA, "replacement": "$2"},
+            {"source_labels": ["worker"], "regex": WORKER_URL_ADDRESS, "target_label": c.ADDRESS, "replacement": "$1"},
         ],
     }
     return {

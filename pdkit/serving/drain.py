@@ -2,10 +2,18 @@
 
 The PodDisruptionBudgets protect serving from voluntary evictions (a `kubectl drain`, a node
 upgrade), and with one group per role they allow none. The drain therefore never evicts serving
-pods: it first scales every LeaderWorkerSet to zero, which deletes their pods (deletion is not
-subject to a PodDisruptionBudget), waits for them to be gone, and only then scales the GPU node
-groups to zero, whose nodes then hold no pod a budget covers. At the next block the LeaderWorkerSets
-go back to the plan's replicas (pods wait as Pending until the nodes join).
+pods: it first scales every role of the DisaggregatedSet to zero, which deletes their pods (deletion
+is not subject to a PodDisruptionBudget), waits for them to be gone, and only then scales the GPU
+node groups to zero, whose nodes then hold no pod a budget covers. At the next block the roles go
+back to the plan's replicas (pods wait as Pending until the nodes join).
+
+The scale is a JSON patch of `spec.roles[i].spec.replicas` on the DisaggregatedSet, never of its
+LeaderWorkerSets: the controller owns those and puts their replicas back (kubernetes-sigs/lws v0.10.0
+site/content/en/docs/examples/disaggregatedset.md, "Scaling replicas within a role"). The patch
+changes every role at once, as the CRD requires (replicas all zero or all non-zero), and each
+replace is guarded by a `test` of the role's name at that index, so a reordered object is refused
+rather than scaled wrongly. A custom resource takes no strategic merge patch, and a merge patch
+would replace the whole roles list.
 
 Deleting the pods is also what saves SGLang's warm compile cache for the next block: kubelet runs the
 serving container's preStop hook (`python -m pdkit.serving.compile_cache save`, leader only, skipped
@@ -15,9 +23,9 @@ A Job started after the scale-down could not do it: the cache is on the nodes' i
 the node groups go to zero right after.
 
 This module is the one source of what the block lifecycle Lambda (pdkit/functions/block_lifecycle.py)
-scales: `lifecycle_environment` hands it the namespace, the pod label and every LeaderWorkerSet with
-its plan replicas, and the Kubernetes group its access entry maps to (bound by the Role that
-pdkit/serving/manifests.py renders).
+scales: `lifecycle_environment` hands it the namespace, the pod label, the DisaggregatedSet and its
+roles with their plan replicas, and the Kubernetes group its access entry maps to (bound by the Role
+that pdkit/serving/manifests.py renders).
 """
 
 from __future__ import annotations
@@ -25,11 +33,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from pdkit.functions.kube_api import roles_patch
 from pdkit.plan import Plan
 from pdkit.serving import names
 
 # The access entry of the lifecycle function maps its IAM role to this Kubernetes group; the serving
-# objects bind it to a Role that may only scale this deployment's LeaderWorkerSets and list pods.
+# objects bind it to a Role that may only patch this deployment's DisaggregatedSet and list pods.
 LIFECYCLE_GROUP = "pdkit:block-lifecycle"
 # How long the lifecycle waits for serving pods to go before it scales the node groups anyway.
 POD_WAIT_MINUTES = 10
@@ -38,45 +47,42 @@ POD_WAIT_MINUTES = 10
 @dataclass(frozen=True)
 class DrainPlan:
     namespace: str
-    # LeaderWorkerSet name -> replicas to restore when the next block is delivered.
-    leader_worker_sets: dict[str, int]
+    disaggregated_set: str
+    # Role -> replicas to restore when the next block is delivered, in the DisaggregatedSet's spec.roles order.
+    roles: dict[str, int]
     node_groups: tuple[str, ...]
 
+    def _kubectl_patch(self, replicas: dict[str, int]) -> list[str]:
+        patch = json.dumps(roles_patch(replicas), separators=(",", ":"))
+        return ["kubectl", "-n", self.namespace, "patch", "disaggregatedset", self.disaggregated_set, "--type=json", "-p", patch]
+
     def kubectl_scale_down(self) -> list[list[str]]:
-        return [["kubectl", "-n", self.namespace, "scale", f"leaderworkerset/{name}", "--replicas=0"] for name in self.leader_worker_sets]
+        return [self._kubectl_patch(dict.fromkeys(self.roles, 0))]
 
     def kubectl_wait_gone(self) -> list[list[str]]:
-        return [
-            [
-                "kubectl",
-                "-n",
-                self.namespace,
-                "wait",
-                "--for=delete",
-                "pod",
-                "-l",
-                f"{names.LWS_NAME_LABEL}={name}",
-                f"--timeout={POD_WAIT_MINUTES}m",
-            ]
-            for name in self.leader_worker_sets
-        ]
+        selector = f"{names.DS_NAME_LABEL}={self.disaggregated_set}"
+        return [["kubectl", "-n", self.namespace, "wait", "--for=delete", "pod", "-l", selector, f"--timeout={POD_WAIT_MINUTES}m"]]
 
     def kubectl_restore(self) -> list[list[str]]:
-        return [
-            ["kubectl", "-n", self.namespace, "scale", f"leaderworkerset/{name}", f"--replicas={replicas}"]
-            for name, replicas in self.leader_worker_sets.items()
-        ]
+        return [self._kubectl_patch(self.roles)]
 
     def lifecycle_environment(self) -> dict[str, str]:
         """Environment of the block lifecycle Lambda: what to scale to 0 and restore, how long to wait."""
-        serving = {"namespace": self.namespace, "pod_label": names.LWS_NAME_LABEL, "leader_worker_sets": self.leader_worker_sets}
+        serving = {
+            "namespace": self.namespace,
+            "pod_label": names.DS_NAME_LABEL,
+            "disaggregated_set": self.disaggregated_set,
+            # A list: the order is the patch's index into spec.roles, which sort_keys would lose in a mapping.
+            "roles": [{"name": role, "replicas": count} for role, count in self.roles.items()],
+        }
         return {"SERVING": json.dumps(serving, sort_keys=True), "DRAIN_WAIT_SECONDS": str(POD_WAIT_MINUTES * 60)}
 
 
 def drain_plan(plan: Plan) -> DrainPlan:
     return DrainPlan(
         namespace=names.namespace(plan),
-        leader_worker_sets={names.lws_name(plan, r.name): r.replicas for r in plan.roles.values()},
+        disaggregated_set=names.disaggregated_set(plan),
+        roles={r.name: r.replicas for r in plan.roles.values()},
         node_groups=tuple(r.node_group_name for r in plan.roles.values()),
     )
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from pdkit.node_config import CONTAINERD_MEMLOCK_DROPIN, NVME_MOUNT
+from pdkit.placement import PLACED_ROLE_LABEL
 from pdkit.plan import ROLE_LABEL, Plan, RolePlan
 from pdkit.serving import compile_cache_objects, drain, names, role_pod
 from pdkit.serving.compile_cache import CACHE_ROOT
@@ -40,7 +41,7 @@ from pdkit.serving.sglang_args import (
 
 Obj = dict[str, Any]
 
-LWS_API = "leaderworkerset.x-k8s.io/v1"
+DS_API = "disaggregatedset.x-k8s.io/v1"
 GPU_RESOURCE = role_pod.GPU_RESOURCE
 EFA_RESOURCE = role_pod.EFA_RESOURCE
 # nodeadm `localStorage.strategy: RAID0` mounts the instance NVMe array at <NVME_MOUNT>0 (EKS AL2023 AMI).
@@ -110,17 +111,17 @@ def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
         namespace(plan, inputs),
         service_account(plan, "weights-reader", "weights read-only: EKS Pod Identity association made by the serving stack"),
         service_account(plan, "weights-writer", "weights write (import Job): Pod Identity association made by the serving stack"),
-        service_account(plan, "router", "none: the router calls no AWS API"),
+        service_account(plan, "router", "none: the router calls no AWS API", kube_api=True),
         fabric_config_map(plan, inputs),
         weights_volume(plan),
         weights_claim(plan),
         compile_cache_objects.volume(plan, _meta(plan, compile_cache_objects.volume_name(plan), "compile-cache", namespaced=False)),
         compile_cache_objects.claim(plan, _meta(plan, compile_cache_objects.claim_name(plan), "compile-cache")),
     ]
-    for role in plan.roles.values():
-        objs.append(leader_worker_set(plan, role, inputs))
+    objs.append(disaggregated_set(plan, inputs))
     for role in plan.roles.values():
         objs.append(role_disruption_budget(plan, role))
+    objs += [router_discovery_role(plan), router_discovery_binding(plan)]
     objs += [router_deployment(plan, inputs), router_disruption_budget(plan), router_service(plan)]
     objs += [sglang_network_policy(plan), router_network_policy(plan)]
     objs += [block_lifecycle_role(plan), block_lifecycle_binding(plan)]
@@ -158,11 +159,12 @@ def namespace(plan: Plan, inputs: ServingInputs) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def service_account(plan: Plan, purpose: str, aws_access: str) -> Obj:
+def service_account(plan: Plan, purpose: str, aws_access: str, *, kube_api: bool = False) -> Obj:
     # EKS Pod Identity binds the role through an association on (namespace, service account), not an
-    # annotation; this annotation only tells a reader which association to expect.
+    # annotation; this annotation only tells a reader which association to expect. Only a pod that
+    # calls the Kubernetes API (the router's worker discovery) gets a token.
     meta = _meta(plan, names.service_account(plan, purpose), purpose, annotations={"pdkit/pod-identity": aws_access})
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": kube_api}
 
 
 def fabric_config_map(plan: Plan, inputs: ServingInputs) -> Obj:
@@ -295,7 +297,15 @@ def _staging_container(plan: Plan, inputs: ServingInputs, image: str) -> Obj:
 
 def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
     labels = _pod_labels(plan, role)
-    toleration = {"key": role.taint["key"], "operator": "Equal", "value": role.taint["value"], "effect": role.taint["effect"]}
+    # Any GPU node may serve any role: the role follows the network topology (pdkit/placement.py), so the
+    # pod tolerates every GPU role's taint and only prefers its placed role, then its node group's role.
+    tolerations = [
+        {"key": r.taint["key"], "operator": "Equal", "value": r.taint["value"], "effect": r.taint["effect"]} for r in plan.roles.values()
+    ]
+    prefer = [
+        {"weight": weight, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [role.name]}]}}
+        for key, weight in ((PLACED_ROLE_LABEL, 100), (ROLE_LABEL, 10))
+    ]
     one_per_node = {
         "labelSelector": {"matchLabels": {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}},
         "topologyKey": "kubernetes.io/hostname",
@@ -309,9 +319,12 @@ def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Ob
         # The preStop hook saves the compile cache at the end-of-block drain (compile_cache_objects).
         "terminationGracePeriodSeconds": compile_cache_objects.SAVE_GRACE_SECONDS,
         "securityContext": role_pod.pod_security(role),
-        "nodeSelector": {**role.labels, "node.kubernetes.io/instance-type": plan.instance.name},
-        "tolerations": [toleration],
-        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
+        "nodeSelector": {**plan.gpu_node_labels, "node.kubernetes.io/instance-type": plan.instance.name},
+        "tolerations": tolerations,
+        "affinity": {
+            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefer},
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]},
+        },
         "initContainers": [
             _staging_container(plan, inputs, str(serving["image"])),
             compile_cache_objects.warm_container(plan, role, inputs, serving),
@@ -326,54 +339,73 @@ def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Ob
     if inputs.host_network:
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    return {"metadata": {"labels": labels}, "spec": spec}
+    metadata: Obj = {"labels": labels}
+    if role.name == "prefill":
+        # The router discovers prefill pods by label and reads their PD bootstrap port from here.
+        metadata["annotations"] = {names.BOOTSTRAP_PORT_ANNOTATION: str(BOOTSTRAP_PORT)}
+    return {"metadata": metadata, "spec": spec}
 
 
-def leader_worker_set(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
-    spec = {
-        "replicas": role.replicas,
-        # Workers must start with the leader: SGLang's ranks rendezvous before the leader can ever be
-        # Ready, so LeaderReady would wait forever.
-        "startupPolicy": "LeaderCreated",
-        # No spare GPU nodes to surge onto inside a Capacity Block: replace one group at a time.
-        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
-        "networkConfig": {"subdomainPolicy": "Shared"},
-        "leaderWorkerTemplate": {
-            "size": role.nodes_per_replica,
-            # A restarted rank cannot rejoin the NCCL/EP groups of the others: restart the group together.
-            "restartPolicy": "RecreateGroupOnPodRestart",
-            "workerTemplate": sglang_pod_template(plan, role, inputs),
-        },
-    }
-    meta = _meta(plan, names.lws_name(plan, role.name), "sglang")
-    meta["labels"][ROLE_LABEL] = role.name
-    return {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta, "spec": spec}
+def role_rollout(role: RolePlan) -> Obj:
+    """A Capacity Block has no spare GPU node to surge onto, and the DisaggregatedSet's default (maxSurge 1)
+    would leave the new revision Pending forever. Every group of the role goes at once (maxUnavailable =
+    replicas, maxSurge 0): a rollout is a full stop-and-start of serving, planned as such (runbooks/02-serve.md)."""
+    return {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": role.replicas, "maxSurge": 0}}
+
+
+def disaggregated_set(plan: Plan, inputs: ServingInputs) -> Obj:
+    """Prefill and decode as the roles of one object: the LWS controller rolls them out together, so a new
+    prefill is never paired with an old decode (kubernetes-sigs/lws v0.10.0, KEP-766). It creates one
+    LeaderWorkerSet per role, named per slice and revision: everything else finds them by label."""
+    roles = []
+    for role in plan.roles.values():
+        lws_spec = {
+            "replicas": role.replicas,
+            # Workers must start with the leader: SGLang's ranks rendezvous before the leader can ever be
+            # Ready, so LeaderReady would wait forever.
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": role_rollout(role),
+            "networkConfig": {"subdomainPolicy": "Shared"},
+            "leaderWorkerTemplate": {
+                "size": role.nodes_per_replica,
+                # A restarted rank cannot rejoin the NCCL/EP groups of the others: restart the group together.
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "workerTemplate": sglang_pod_template(plan, role, inputs),
+            },
+        }
+        # The controller copies these labels onto the role's LeaderWorkerSets: `pdkit status` finds them by role.
+        lws_meta = {"labels": {**names.common_labels(plan, "sglang"), ROLE_LABEL: role.name}}
+        roles.append({"name": role.name, "metadata": lws_meta, "spec": lws_spec})
+    meta = _meta(plan, names.disaggregated_set(plan), "sglang")
+    return {"apiVersion": DS_API, "kind": "DisaggregatedSet", "metadata": meta, "spec": {"roles": roles}}
 
 
 def role_disruption_budget(plan: Plan, role: RolePlan) -> Obj:
     """At most one pod, hence one group, at a time (none with a single group): evicting any pod of a
     group takes the whole group down (RecreateGroupOnPodRestart), so a budget of N pods would let N
-    groups go at once. The end-of-block drain never meets this budget: it scales the LeaderWorkerSets
-    to zero first (pdkit/serving/drain.py), which deletes the pods rather than evicting them. Not-ready
-    pods (the rest of a group already going down) can always be evicted."""
+    groups go at once. The end-of-block drain never meets this budget: it scales the DisaggregatedSet's
+    roles to zero first (pdkit/serving/drain.py), which deletes the pods rather than evicting them.
+    Not-ready pods (the rest of a group already going down) can always be evicted. The selector is the
+    DisaggregatedSet's role labels, so it covers the pods of every revision."""
     spec = {
         "maxUnavailable": 1 if role.replicas > 1 else 0,
-        "selector": {"matchLabels": {names.LWS_NAME_LABEL: names.lws_name(plan, role.name)}},
+        "selector": {"matchLabels": names.role_selector(plan, role.name)},
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
     }
-    meta = _meta(plan, names.lws_name(plan, role.name), "sglang")
+    meta = _meta(plan, names.role_object(plan, role.name), "sglang")
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta, "spec": spec}
 
 
 def block_lifecycle_role(plan: Plan) -> Obj:
-    """What the block lifecycle Lambda does through the API (pdkit/serving/drain.py): scale this
-    deployment's LeaderWorkerSets (merge patch of spec.replicas) and list pods to see them go."""
-    group, _ = LWS_API.split("/")
+    """What the block lifecycle Lambda does through the API (pdkit/serving/drain.py): scale the roles of
+    this deployment's DisaggregatedSet (a JSON patch of spec.roles[i].spec.replicas; the controller
+    reverts a patch of its LeaderWorkerSets) and list pods to see them go."""
+    group, _ = DS_API.split("/")
     rules = [
         {
             "apiGroups": [group],
-            "resources": ["leaderworkersets"],
-            "resourceNames": sorted(drain.drain_plan(plan).leader_worker_sets),
+            "resources": ["disaggregatedsets"],
+            "resourceNames": [drain.drain_plan(plan).disaggregated_set],
             "verbs": ["get", "patch"],
         },
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
@@ -391,6 +423,26 @@ def block_lifecycle_binding(plan: Plan) -> Obj:
         "metadata": _meta(plan, name, "block-lifecycle"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": drain.LIFECYCLE_GROUP}],
+    }
+
+
+def router_discovery_role(plan: Plan) -> Obj:
+    """smg's Kubernetes discovery watches pods in this namespace (smg 1.13.0 --service-discovery-namespace):
+    read-only, pods only."""
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    meta = _meta(plan, f"{names.router_name(plan)}-discovery", "router")
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules}
+
+
+def router_discovery_binding(plan: Plan) -> Obj:
+    name = f"{names.router_name(plan)}-discovery"
+    subject = {"kind": "ServiceAccount", "name": names.service_account(plan, "router"), "namespace": names.namespace(plan)}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(plan, name, "router"),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [subject],
     }
 
 
@@ -423,7 +475,8 @@ def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
     }
     pod_spec = {
         "serviceAccountName": names.service_account(plan, "router"),
-        "automountServiceAccountToken": False,
+        # The router discovers the workers through the Kubernetes API (router_discovery_role).
+        "automountServiceAccountToken": True,
         "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         # The on-demand system nodes, never the GPU nodes of the block.
@@ -445,7 +498,7 @@ def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
     }
-    # `pdkit status` finds the router by the same role label the LeaderWorkerSets carry.
+    # `pdkit status` finds the router by the same role label the DisaggregatedSet's LeaderWorkerSets carry.
     meta = _meta(plan, names.router_name(plan), "router", labels={**names.common_labels(plan, "router"), ROLE_LABEL: "router"})
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}
 

@@ -42,6 +42,8 @@ DEPRECATED_SPELLINGS = {
 }
 
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+# Prometheus only: the server_log form prints a line per forward pass.
+EXPERT_BALANCEDNESS_REPORT = "prometheus"
 
 
 def model_dir(plan: Plan) -> str:
@@ -119,6 +121,11 @@ def launch_argv(plan: Plan, role: str) -> list[str]:
         plan.model.tool_call_parser,
         "--enable-metrics",
     ]
+    if r.reports_expert_balancedness:
+        # Starts the expert distribution recorder (mode stat) and exports sglang:eplb_balancedness.
+        # Per-DP-rank series need no flag: --enable-metrics-for-all-schedulers would add the other
+        # TP/CP ranks of each attention group, which repeat the same requests (pdkit/observability/catalog.py).
+        argv += ["--expert-balancedness-report-mode", EXPERT_BALANCEDNESS_REPORT]
     return argv
 
 

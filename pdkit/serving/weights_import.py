@@ -4,17 +4,18 @@
         --bucket B --prefix models/zai-org/GLM-5.1-FP8/main/ --region R [--hf-token-secret-arn ARN]
 
 Run by the in-region import Job (pdkit/serving/weights_job.py, `pdkit weights import`) on a system
-node, whose 50 GiB root volume could never hold the ~760 GB checkpoint. Each file goes from an HTTP
-stream of the Hub straight into an S3 multipart upload, part by part (64 MiB, two parts in flight
-per file), so memory is bounded (files x 3 parts) and nothing touches the disk:
+node, whose 50 GiB root volume could never hold the ~760 GB checkpoint. Each file is streamed from the
+Hub with huggingface_hub's HfFileSystem into boto3's managed transfer (upload_fileobj; 64 MiB parts, two
+in flight per file), one file per worker, so memory is bounded (files x 3 parts) and nothing touches
+the disk (hf_hub_download would need a local copy of each ~5 GB shard per worker):
 
 - the revision is resolved to one commit first and every file is read at that commit, so the
   manifest describes one consistent snapshot even if the branch moves during the import;
 - large files are stored with Git LFS/Xet on the Hub, which publishes their sha256 before the
   download: the object is created with that sha256 in its metadata and the multipart upload is
-  completed only if the streamed bytes hash to it (otherwise aborted: no object, nothing half
-  written). Small files live in git; they are read into memory and checked against their git
-  blob id;
+  completed only if the streamed bytes hash to it (the stream raises at its end otherwise and
+  s3transfer aborts the upload: no object, nothing half written). Small files live in git; they
+  are read into memory and checked against their git blob id;
 - resumable: an object already in the bucket with the Hub's size and sha256 is not downloaded again,
   so a retried pod (the Job's backoffLimit) continues where the last one stopped;
 - the manifest (pdkit/serving/weights_manifest.py) goes up last; a manifest of another commit under
@@ -24,26 +25,24 @@ per file), so memory is bounded (files x 3 parts) and nothing touches the disk:
 
 Exit codes: 0 done; 1 failed, worth retrying (network, a mismatching stream); 3 failed, a retry
 cannot help (gated model without access, unknown repository or revision, S3 access denied): the Job's
-podFailurePolicy stops at once. Imports only the standard library, boto3 (on use) and the manifest
-module: the Hub is reached over its public HTTP API (HfHub), so huggingface_hub's version does not
-matter.
+podFailurePolicy stops at once. Imports only the standard library and the manifest module; boto3 and
+huggingface_hub (both in the serving image's lock) load on use.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,11 +107,8 @@ class Hub(Protocol):
     def open(self, model: str, commit: str, path: str) -> Readable: ...
 
 
-class MultipartS3(S3Client, Protocol):
-    def create_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
-    def upload_part(self, **kwargs: Any) -> dict[str, Any]: ...
-    def complete_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
-    def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+class S3Transfer(S3Client, Protocol):
+    def upload_fileobj(self, *args: Any, **kwargs: Any) -> None: ...
     def delete_object(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
@@ -180,70 +176,68 @@ def _part_size(size: int, part_bytes: int) -> int:
     return max(part_bytes, -(-size // MAX_PARTS))
 
 
-def _small(source: Readable, f: HubFile, s3: MultipartS3, bucket: str, key: str) -> str:
+class _Verified:
+    """The Hub's stream as s3transfer reads it: counted, hashed, and refused at its end unless it is
+    exactly the listed size with the Hub's sha256. s3transfer reads a non-seekable body part by part
+    and, when a read raises, aborts the multipart upload instead of completing it (its failure cleanup,
+    s3transfer/tasks.py CreateMultipartUploadTask), so a bad stream never becomes an object."""
+
+    def __init__(self, source: Readable, f: HubFile, progress: Progress) -> None:
+        self.source, self.f, self.progress = source, f, progress
+        self.digest = hashlib.sha256()
+        self.total = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk = _read_full(self.source, size if size >= 0 else self.f.size + 1 - self.total)
+        self.total += len(chunk)
+        if self.total > self.f.size:
+            raise ImportFailed(f"{self.f.path}: the Hub sent more than the {self.f.size} bytes its listing says")
+        self.digest.update(chunk)
+        self.progress.add(len(chunk))
+        if len(chunk) < size or size < 0:  # the end of the stream
+            if self.total != self.f.size:
+                raise ImportFailed(f"{self.f.path}: the Hub sent {self.total} bytes, its listing says {self.f.size}")
+            if self.digest.hexdigest() != self.f.sha256:
+                raise ImportFailed(f"{self.f.path}: sha256 {self.digest.hexdigest()} differs from the Hub's {self.f.sha256}")
+        return chunk
+
+
+def _small(source: Readable, f: HubFile) -> bytes:
+    """A file stored in git (no sha256 on the Hub): read whole and checked against its git blob id."""
     data = _read_full(source, f.size + 1)
     if len(data) != f.size:
         raise ImportFailed(f"{f.path}: the Hub sent {len(data)} bytes, its listing says {f.size}")
-    digest = hashlib.sha256(data).hexdigest()
-    if f.sha256 is not None and digest != f.sha256:
-        raise ImportFailed(f"{f.path}: sha256 {digest} differs from the Hub's {f.sha256}")
-    if f.sha256 is None and f.blob_id is not None and git_blob_id(data) != f.blob_id:
+    if f.blob_id is not None and git_blob_id(data) != f.blob_id:
         raise ImportFailed(f"{f.path}: git blob id {git_blob_id(data)} differs from the Hub's {f.blob_id}")
-    s3.put_object(Bucket=bucket, Key=key, Body=data, Metadata={SHA256_METADATA: digest})
-    return digest
+    return data
 
 
-def _multipart(source: Readable, f: HubFile, s3: MultipartS3, bucket: str, key: str, part_bytes: int, progress: Progress) -> str:
-    """Stream into a multipart upload that is completed only when the bytes hash to the Hub's sha256."""
-    assert f.sha256 is not None
+def _upload(source: Readable, f: HubFile, s3: S3Transfer, bucket: str, key: str, part_bytes: int, progress: Progress) -> str:
+    """One file into S3 with boto3's managed transfer, the object carrying the Hub's sha256."""
+    from boto3.s3.transfer import TransferConfig
+
     part = _part_size(f.size, part_bytes)
-    # CRC32 per part, declared at creation and listed at completion as s3transfer does: S3 refuses part
-    # checksums an upload was not created for, and botocore >= 1.36 adds them by default.
-    upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={SHA256_METADATA: f.sha256}, ChecksumAlgorithm="CRC32")[
-        "UploadId"
-    ]
-    digest = hashlib.sha256()
-    total = 0
+    # At most PARTS_IN_FLIGHT parts uploading plus the one being read: memory stays bounded.
+    config = TransferConfig(
+        multipart_threshold=part, multipart_chunksize=part, max_concurrency=PARTS_IN_FLIGHT, max_io_queue=PARTS_IN_FLIGHT
+    )
+    config.max_in_memory_upload_chunks = PARTS_IN_FLIGHT + 1
+    body: Any = None
+    counted = 0
     try:
-        parts: list[dict[str, Any]] = []
-        in_flight: deque[Future[dict[str, Any]]] = deque()
-
-        def upload(number: int, body: bytes) -> dict[str, Any]:
-            done = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body, ChecksumAlgorithm="CRC32")
-            part = {"ETag": done["ETag"], "PartNumber": number}
-            if "ChecksumCRC32" in done:
-                part["ChecksumCRC32"] = done["ChecksumCRC32"]
-            return part
-
-        # At most PARTS_IN_FLIGHT parts uploading plus the one being read: memory stays bounded.
-        with ThreadPoolExecutor(max_workers=PARTS_IN_FLIGHT, thread_name_prefix="part") as pool:
-            number = 0
-            while chunk := _read_full(source, part):
-                total += len(chunk)
-                if total > f.size:
-                    raise ImportFailed(f"{f.path}: the Hub sent more than the {f.size} bytes its listing says")
-                digest.update(chunk)
-                progress.add(len(chunk))
-                number += 1
-                while len(in_flight) >= PARTS_IN_FLIGHT:
-                    parts.append(in_flight.popleft().result())
-                in_flight.append(pool.submit(upload, number, chunk))
-                del chunk
-            while in_flight:
-                parts.append(in_flight.popleft().result())
-        if total != f.size:
-            raise ImportFailed(f"{f.path}: the Hub sent {total} bytes, its listing says {f.size}")
-        if digest.hexdigest() != f.sha256:
-            raise ImportFailed(f"{f.path}: sha256 {digest.hexdigest()} differs from the Hub's {f.sha256}")
-        s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
+        if f.sha256 is None:
+            data = _small(source, f)
+            digest = hashlib.sha256(data).hexdigest()
+            progress.add(len(data))
+            counted = len(data)
+            body = io.BytesIO(data)
+        else:
+            digest, body = f.sha256, _Verified(source, f, progress)
+        s3.upload_fileobj(body, bucket, key, ExtraArgs={"Metadata": {SHA256_METADATA: digest}}, Config=config)
     except BaseException:
-        progress.add(-total)
-        try:
-            s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-        except Exception as exc:  # the bucket's AbortIncompleteMultipartUpload rule removes what is left
-            log.warning("%s: could not abort multipart upload %s (%s)", f.path, upload_id, exc)
+        progress.add(-(body.total if isinstance(body, _Verified) else counted))
         raise
-    return f.sha256
+    return digest
 
 
 def _s3_code(exc: BaseException) -> str:
@@ -264,7 +258,7 @@ def _not_retryable_s3(exc: BaseException, bucket: str) -> NotRetryable | None:
 
 
 def _copy(
-    hub: Hub, snapshot: HubSnapshot, f: HubFile, *, s3: MultipartS3, bucket: str, prefix: str, part_bytes: int, progress: Progress
+    hub: Hub, snapshot: HubSnapshot, f: HubFile, *, s3: S3Transfer, bucket: str, prefix: str, part_bytes: int, progress: Progress
 ) -> FileEntry:
     key = object_key(prefix, f.path)
     if f.sha256 is not None and remote_sha256(s3, bucket, key) == (f.size, f.sha256):
@@ -277,11 +271,7 @@ def _copy(
     for attempt in range(1, FILE_ATTEMPTS + 1):
         source = hub.open(snapshot.model, snapshot.commit, f.path)
         try:
-            if f.size <= part_bytes:
-                digest = _small(source, f, s3, bucket, key)
-                progress.add(f.size)
-            else:
-                digest = _multipart(source, f, s3, bucket, key, part_bytes, progress)
+            digest = _upload(source, f, s3, bucket, key, part_bytes, progress)
         except NotRetryable:
             raise
         except Exception as exc:
@@ -299,7 +289,7 @@ def _copy(
     raise AssertionError("unreachable")
 
 
-def _retire_other_manifest(s3: MultipartS3, bucket: str, prefix: str, commit: str) -> None:
+def _retire_other_manifest(s3: S3Transfer, bucket: str, prefix: str, commit: str) -> None:
     """A manifest of another commit would let staging mix two revisions while files are replaced."""
     from pdkit.serving.weights_manifest import load_manifest
 
@@ -315,7 +305,7 @@ def _retire_other_manifest(s3: MultipartS3, bucket: str, prefix: str, commit: st
 def import_from_hub(
     hub: Hub,
     *,
-    s3: MultipartS3,
+    s3: S3Transfer,
     bucket: str,
     prefix: str,
     model: str,
@@ -387,148 +377,84 @@ def import_from_hub(
 
 # --- the real Hub and the token --------------------------------------------------------------------
 
-HUB_ATTEMPTS = 6
-HUB_TIMEOUT_SECONDS = 60
-_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
 
 class HfHub:
-    """The Hugging Face Hub over its public HTTP API, with the standard library only.
+    """The Hugging Face Hub through huggingface_hub, the client the serving image already carries.
 
-    The listing is `GET /api/models/<repo>/revision/<rev>?blobs=true` (what huggingface_hub's
-    `model_info(files_metadata=True)` calls): the commit, the gated flag, and every file's size with
-    its LFS sha256 or git blob id. A file is `GET /<repo>/resolve/<commit>/<path>`, which redirects
-    LFS/Xet files to the Hub's CDN (the token is not sent to another host). A stream that breaks
-    resumes with a Range request; 429 and 5xx are retried with backoff; the Hub's refusals (gated,
-    unknown repository or revision) are NotRetryable. HF_ENDPOINT and HTTPS_PROXY are honoured.
-    Owning these ~100 lines keeps the import independent of huggingface_hub's version and lets the
-    tests run it against a local HTTP server.
+    The listing is `HfApi.model_info(files_metadata=True)` (GET /api/models/<repo>/revision/<rev>?blobs=true):
+    the commit, the gated flag, and every file's size with its LFS sha256 or git blob id. A file is
+    streamed with `HfFileSystem` (block_size=0: one GET of the resolve URL, resumed once with a Range
+    request when it breaks), so nothing touches the pod's small disk; httpx follows the Hub's redirect
+    to its CDN without the token. The Hub's refusals (gated, unknown repository or revision) are
+    NotRetryable. HF_ENDPOINT and HTTPS_PROXY are honoured.
     """
 
-    def __init__(self, token: str | None, *, endpoint: str | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.token = token
+    def __init__(self, token: str | None, *, endpoint: str | None = None) -> None:
+        from huggingface_hub import HfApi, HfFileSystem
+
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-        self.sleep = sleep
-        self.opener = urllib.request.build_opener(_SameHostAuthRedirects())
+        self.api = HfApi(endpoint=self.endpoint, token=token or False)
+        self.fs = HfFileSystem(endpoint=self.endpoint, token=token or False, skip_instance_cache=True)
 
     def snapshot(self, model: str, revision: str) -> HubSnapshot:
-        from urllib.parse import quote
-
-        url = f"{self.endpoint}/api/models/{model}/revision/{quote(revision, safe='')}?blobs=true"
-        with self.request(url, what=f"{model}@{revision}") as response:
-            body = json.loads(response.read())
+        with _hub_errors(f"{model}@{revision}"):
+            info = self.api.model_info(model, revision=revision, files_metadata=True)
         files = []
-        for s in body.get("siblings") or []:
-            lfs = s.get("lfs") or None
-            size = (lfs or {}).get("size", s.get("size"))
+        for s in info.siblings or []:
+            size = s.lfs.size if s.lfs else s.size
             if not isinstance(size, int):
-                raise ImportFailed(f"the Hub listed {s.get('rfilename')!r} without a size")
-            sha256 = lfs.get("sha256") if lfs else None
-            files.append(HubFile(str(s["rfilename"]), size, sha256, None if lfs else s.get("blobId")))
-        commit = body.get("sha")
-        if not commit:
+                raise ImportFailed(f"the Hub listed {s.rfilename!r} without a size")
+            files.append(HubFile(s.rfilename, size, s.lfs.sha256 if s.lfs else None, None if s.lfs else s.blob_id))
+        if not info.sha:
             raise ImportFailed(f"the Hub did not resolve {model}@{revision} to a commit")
-        return HubSnapshot(model=model, commit=str(commit), gated=bool(body.get("gated")), files=tuple(files))
+        return HubSnapshot(model=model, commit=info.sha, gated=bool(info.gated), files=tuple(files))
 
     def open(self, model: str, commit: str, path: str) -> Readable:
-        from urllib.parse import quote
-
-        return _HttpStream(self, f"{self.endpoint}/{model}/resolve/{quote(commit, safe='')}/{quote(path)}", what=f"{model}/{path}")
-
-    def request(self, url: str, *, what: str, start: int = 0) -> Any:
-        """An open response for url (from byte `start`), after retrying what is worth retrying."""
-        headers = {"User-Agent": "pdkit-weights-import"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        if start:
-            headers["Range"] = f"bytes={start}-"
-        for attempt in range(1, HUB_ATTEMPTS + 1):
-            try:
-                response = self.opener.open(urllib.request.Request(url, headers=headers), timeout=HUB_TIMEOUT_SECONDS)  # noqa: S310 - https (or HF_ENDPOINT)
-            except urllib.error.HTTPError as err:
-                if err.code not in _RETRY_STATUS or attempt == HUB_ATTEMPTS:
-                    raise _hub_refusal(err, what) from None
-                reason = f"HTTP {err.code}"
-            except OSError as err:  # URLError, timeouts, resets
-                if attempt == HUB_ATTEMPTS:
-                    raise ImportFailed(f"cannot reach the Hub for {what} ({err}). Fix: check the VPC's NAT gateway route") from None
-                reason = str(err)
-            else:
-                if start and response.status != 206:
-                    response.close()
-                    raise ImportFailed(f"the Hub ignored the Range request for {what}")
-                return response
-            log.warning("Hub: %s for %s; retrying (%d of %d)", reason, what, attempt, HUB_ATTEMPTS)
-            self.sleep(min(2**attempt, 30))
-        raise AssertionError("unreachable")
+        with _hub_errors(f"{model}/{path}"):
+            return _Stream(self.fs.open(f"{model}/{path}", "rb", revision=commit, block_size=0), f"{model}/{path}")
 
 
-class _SameHostAuthRedirects(urllib.request.HTTPRedirectHandler):
-    """Follow the Hub's redirects to its CDN without carrying the token to another host."""
+class _Stream:
+    """A Hub file whose read errors say what they mean to the Job."""
 
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
-        from urllib.parse import urlsplit
-
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urlsplit(newurl).netloc != urlsplit(req.full_url).netloc:
-            new.remove_header("Authorization")
-        return new
-
-
-def _hub_refusal(err: Any, what: str) -> Exception:
-    code = err.headers.get("X-Error-Code", "") if err.headers else ""
-    message = (err.headers.get("X-Error-Message", "") if err.headers else "") or str(err.reason)
-    if code == "GatedRepo" or (err.code == 403 and not code):
-        return NotRetryable(
-            f"the Hub refused {what}: the model is gated and the token has no access ({message}). Fix: accept the model's terms on the "
-            "Hub with the account whose token is in model.hf_token_secret_arn"
-        )
-    if code == "RepoNotFound" or err.code == 401:
-        return NotRetryable(
-            f"the Hub does not show {what} to this token ({err.code} {code or message}). Fix: check model.id; a private or gated model "
-            "needs model.hf_token_secret_arn"
-        )
-    if code == "RevisionNotFound":
-        return NotRetryable(f"the Hub has no such revision for {what} ({message}). Fix: check model.revision")
-    if err.code in _RETRY_STATUS:
-        return ImportFailed(f"the Hub kept answering HTTP {err.code} for {what}; the Job retries")
-    return NotRetryable(f"the Hub answered HTTP {err.code} {code} for {what} ({message})")
-
-
-class _HttpStream:
-    """One file from the Hub, resuming with a Range request when the connection breaks."""
-
-    def __init__(self, hub: HfHub, url: str, *, what: str) -> None:
-        self.hub, self.url, self.what = hub, url, what
-        self.pos = 0
-        self.response: Any = None
-        self.breaks = 0
+    def __init__(self, file: Any, what: str) -> None:
+        self.file, self.what = file, what
 
     def read(self, size: int = -1, /) -> bytes:
-        import http.client
-
-        while True:
-            if self.response is None:
-                self.response = self.hub.request(self.url, what=self.what, start=self.pos)
-            try:
-                data: bytes = self.response.read(size if size >= 0 else None)
-                if not data and size != 0 and getattr(self.response, "length", None):
-                    # http.client returns b"" when the connection ends before Content-Length.
-                    raise http.client.IncompleteRead(b"", self.response.length)
-            except (OSError, http.client.HTTPException) as err:
-                self.close()
-                self.breaks += 1
-                if self.breaks >= HUB_ATTEMPTS:
-                    raise ImportFailed(f"the download of {self.what} broke {self.breaks} times ({err})") from None
-                log.warning("Hub: the download of %s broke at byte %d (%s); resuming", self.what, self.pos, err)
-                continue
-            self.pos += len(data)
-            return data
+        with _hub_errors(self.what):
+            data: bytes = self.file.read(size)
+        return data
 
     def close(self) -> None:
-        if self.response is not None:
-            self.response.close()
-            self.response = None
+        self.file.close()
+
+
+@contextlib.contextmanager
+def _hub_errors(what: str) -> Iterator[None]:
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        yield
+    except GatedRepoError as err:
+        raise NotRetryable(
+            f"the Hub refused {what}: the model is gated and the token has no access ({err.server_message or err}). Fix: accept the "
+            "model's terms on the Hub with the account whose token is in model.hf_token_secret_arn"
+        ) from None
+    except RepositoryNotFoundError as err:
+        raise NotRetryable(
+            f"the Hub does not show {what} to this token ({err.response.status_code} {err.server_message or ''}). Fix: check "
+            "model.id; a private or gated model needs model.hf_token_secret_arn"
+        ) from None
+    except RevisionNotFoundError as err:
+        raise NotRetryable(f"the Hub has no such revision for {what} ({err.server_message or err}). Fix: check model.revision") from None
+    except HfHubHTTPError as err:
+        raise ImportFailed(f"the Hub answered HTTP {err.response.status_code} for {what}; the Job retries") from None
+    except Exception as err:
+        import httpx
+
+        if isinstance(err, (OSError, httpx.TransportError)):  # httpx's transport errors are not OSErrors
+            raise ImportFailed(f"cannot reach the Hub for {what} ({err}). Fix: check the VPC's NAT gateway route") from None
+        raise
 
 
 def read_token(secrets: Any, secret_arn: str) -> str:
@@ -556,7 +482,7 @@ def read_token(secrets: Any, secret_arn: str) -> str:
     return value
 
 
-def _clients(region: str | None, connections: int, secrets_region: str | None) -> tuple[MultipartS3, Any]:
+def _clients(region: str | None, connections: int, secrets_region: str | None) -> tuple[S3Transfer, Any]:
     import boto3
     from botocore.config import Config
 
@@ -586,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(
     argv: Sequence[str] | None = None,
     *,
-    clients: Callable[[str | None, int, str | None], tuple[MultipartS3, Any]] = _clients,
+    clients: Callable[[str | None, int, str | None], tuple[S3Transfer, Any]] = _clients,
     hub_factory: Callable[[str | None], Hub] = HfHub,
 ) -> int:
     args = build_parser().parse_args(argv)

@@ -7,8 +7,8 @@ serving image, on the on-demand system nodes (never the GPU nodes of the block),
 It reaches the Hub through the VPC's NAT gateway and S3 through the gateway endpoint; nothing at
 serve time needs the internet.
 
-- Streaming: each file flows from the Hub into an S3 multipart upload (64 MiB parts, two in flight
-  per file), so the pod needs memory for files x 3 parts and no disk: the system nodes' 50 GiB root
+- Streaming: each file flows from the Hub (huggingface_hub's HfFileSystem) into boto3's managed
+  transfer (64 MiB parts, two in flight per file), so the pod needs memory for files x 3 parts and no disk: the system nodes' 50 GiB root
   volume could not hold the checkpoint. The only volume is a small emptyDir for /tmp (HOME) under
   a read-only root filesystem.
 - Retries: `backoffLimit` pods, each resuming where the last stopped (objects already in the bucket

@@ -192,7 +192,10 @@ def build(plan: Plan, bundle: Bundle) -> Timeline:
         if role not in plan.roles:
             continue
         name, since = pod["metadata"]["name"], parse_time(pod["metadata"].get("creationTimestamp"))
-        after = [t for t in registrations.get(name, []) if since is None or t >= since]
+        # The router discovers workers by label and registers them by pod IP (smg --service-discovery);
+        # bundles from before the DisaggregatedSet name the leader's DNS host instead.
+        ip = (pod.get("status") or {}).get("podIP") or ""
+        after = [t for t in registrations.get(name, []) + registrations.get(ip, []) if since is None or t >= since]
         if after:
             registered[name] = min(after)
         uid = pod["metadata"].get("uid")
@@ -201,7 +204,7 @@ def build(plan: Plan, bundle: Bundle) -> Timeline:
     pods.sort(key=lambda s: (s.role, s.name))
 
     origin, label = _origin(bundle, nodes)
-    leaders = [f"{names.lws_name(plan, role)}-{i}" for role, r in plan.roles.items() for i in range(r.replicas)]
+    leaders = _leaders(plan, _current_pods(bundle.pods))
     missing = [leader for leader in leaders if leader not in registered]
     first_token = max(registered[leader] for leader in leaders) if leaders and not missing else None
 
@@ -284,8 +287,28 @@ def _current_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(newest.values())
 
 
+def _leaders(plan: Plan, pods: list[dict[str, Any]]) -> list[str]:
+    """Each role's leader pods (LWS worker index 0; the DisaggregatedSet names them per revision), and a
+    placeholder for each one the plan wants that is not there yet."""
+    leaders: list[str] = []
+    for role, r in plan.roles.items():
+        found = []
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            index = labels.get(names.LWS_WORKER_INDEX_LABEL)
+            name = pod["metadata"]["name"]
+            # Bundles from before the DisaggregatedSet: the leader of group i was <deployment>-<role>-<i>.
+            legacy = index is None and re.fullmatch(rf"{re.escape(plan.name)}-{role}-[0-9]+", name)
+            if labels.get(ROLE_LABEL) == role and (index == "0" or legacy):
+                found.append(name)
+        found = sorted(found)[: r.replicas]
+        leaders += found + [f"{role} leader {i} (no pod)" for i in range(len(found), r.replicas)]
+    return leaders
+
+
 def _registrations(bundle: Bundle) -> dict[str, list[datetime]]:
-    """Leader pod name -> the times a router registered it (the worker URL's host is <leader>.<lws>.<ns>.svc)."""
+    """Worker host -> the times a router registered it: a pod IP (label discovery), or the leader pod's
+    name from its DNS host <leader>.<lws>.<ns>.svc (static URLs, bundles from before the DisaggregatedSet)."""
     found: dict[str, list[datetime]] = {}
     for (_, container), lines in bundle.logs.items():
         if container != ROUTER_CONTAINER:
@@ -294,7 +317,8 @@ def _registrations(bundle: Bundle) -> dict[str, list[datetime]]:
             if mark.kind != "registered":
                 continue
             host = re.sub(r"^[a-z]+://", "", mark.detail).split(":", 1)[0].split("/", 1)[0]
-            found.setdefault(host.split(".", 1)[0], []).append(mark.at)
+            key = host if re.fullmatch(r"[0-9.]+", host) else host.split(".", 1)[0]
+            found.setdefault(key, []).append(mark.at)
     return found
 
 

@@ -115,12 +115,21 @@ def test_router_module_is_in_the_pinned_wheel(doc: Doc) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+def pod_specs(node: Any) -> list[dict[str, Any]]:
+    """Every pod spec in the rendered objects, whatever wraps it (DisaggregatedSet roles, Deployments, Jobs)."""
+    if isinstance(node, list):
+        return [spec for item in node for spec in pod_specs(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node] if "containers" in node else []
+    return own + [spec for value in node.values() for spec in pod_specs(value)]
+
+
 def staging_container(rendered: list[dict[str, Any]]) -> dict[str, Any]:
     found = [
         container
-        for obj in rendered
-        if obj["kind"] == "LeaderWorkerSet"
-        for container in obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"].get("initContainers", [])
+        for spec in pod_specs(rendered)
+        for container in spec.get("initContainers", [])
         if container["name"] == STAGING_INIT_CONTAINER
     ]
     assert found, "no weights-staging init container rendered"
@@ -195,14 +204,20 @@ def test_serving_image_copies_exactly_what_the_staging_init_container_imports(
 
 
 def test_staging_third_party_imports_are_pinned_in_the_serving_image(doc: Doc, versions: ModuleType) -> None:
-    """boto3 (and botocore, which boto3 pins) is all the staging modules need beyond the standard library."""
+    """boto3 (and botocore, which boto3 pins) for staging; huggingface_hub (and httpx, its HTTP client, whose
+    errors the import maps) for the weights import: all in the serving image's hash-locked set, and the
+    kit's dev lock tests the import against the same huggingface_hub."""
     tops = set().union(*(third_party_imports(REPO_ROOT / path) for path in serving_pdkit_sources(doc, versions)))
-    assert tops == {"boto3", "botocore"}
+    assert tops == {"boto3", "botocore", "huggingface_hub", "httpx"}
     assert "boto3" in doc["images"]["sglang-efa"]["components"]
     assert doc["components"]["boto3"]["package"] == "boto3"
     lock = (versions.dockerfile_path(doc, "sglang-efa").parent / "requirements.lock").read_text().splitlines()
     assert f"boto3=={doc['components']['boto3']['version']} \\" in lock
     assert any(line.startswith("awscrt==") for line in lock), "with the CRT extra (botocore[crt] requires awscrt)"
+    dev = (REPO_ROOT / "requirements-dev.txt").read_text().splitlines()
+    for package in ("huggingface-hub", "httpx"):
+        (pin,) = [line for line in lock if line.startswith(f"{package}==")]
+        assert pin in dev, f"requirements-dev.in must pin {package} at the serving image's version ({pin})"
 
 
 def test_import_closure_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
