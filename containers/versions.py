@@ -22,7 +22,7 @@ CONTAINERS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CONTAINERS_DIR.parent
 VERSIONS_FILE = CONTAINERS_DIR / "versions.yaml"
 
-KINDS = ("base-image", "distro-package", "tarball", "pypi", "git")
+KINDS = ("base-image", "distro-package", "tarball", "binary", "pypi", "git")
 # Fields that describe a component rather than pin it; never passed to a build.
 DESCRIPTIVE_FIELDS = {"kind", "source", "notes", "build_args", "ref_from"}
 OPTIONAL_EMPTY_FIELDS = {"digest", "sha256"}
@@ -508,12 +508,27 @@ class Tarball(_Component):
         return url
 
 
+class Binary(_Component):
+    """A single executable downloaded by URL and checked against its published sha256 before it is installed."""
+
+    kind: Literal["binary"]
+    url: str
+    version: NonEmpty
+    sha256: Annotated[str, Field(pattern=HEX64.pattern)]
+
+    @field_validator("url")
+    @classmethod
+    def _template(cls, url: str) -> str:
+        _check(url.startswith("https://") and "{version}" in url, "an https:// URL template containing {version}")
+        return url
+
+
 class DistroPackage(_Component):
     kind: Literal["distro-package"]
     version: NonEmpty
 
 
-Component = Annotated[BaseImage | Pypi | Git | Tarball | DistroPackage, Field(discriminator="kind")]
+Component = Annotated[BaseImage | Pypi | Git | Tarball | Binary | DistroPackage, Field(discriminator="kind")]
 
 
 class ImageSpec(BaseModel):

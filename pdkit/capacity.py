@@ -6,7 +6,7 @@ API reference: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-bloc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
@@ -15,6 +15,7 @@ from pdkit.errors import KitError
 
 if TYPE_CHECKING:
     # Only for annotations: the purchase Lambda ships this module without the plan (and pydantic).
+    from pdkit.aws_clients import Aws
     from pdkit.plan import Plan
 
 # The platform the EKS AL2023 NVIDIA AMI runs; a block is bought for one platform only
@@ -316,19 +317,55 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def require_reservation(plan: Plan) -> str:
-    """The profile's reservation id, or the one next step when it is still the synth-only placeholder."""
+# The capacity stack's output naming the block its purchase resource bought (stacks/capacity_stack.py).
+RESERVATION_OUTPUT = "ReservationId"
+
+
+def with_bought_block(plan: Plan, aws: Aws) -> Plan:
+    """The plan a command works on. With capacity.purchase the profile holds only the placeholder: the block is
+    the one the deployed capacity stack bought, read from its ReservationId output (cloudformation:DescribeStacks),
+    the same id every resource of the stacks uses. Unchanged without a purchase, and until the stack has the
+    output, when `missing_reservation` says "not bought yet"."""
+    if plan.purchase is None or not plan.reservation_is_placeholder:
+        return plan
+    bought = bought_reservation_id(aws.client("cloudformation"), plan.stack_names["capacity"])
+    return replace(plan, reservation_id=bought, reservation_is_placeholder=False) if bought else plan
+
+
+def bought_reservation_id(cloudformation: Any, stack_name: str) -> str | None:
+    """The stack's ReservationId output; None when the stack does not exist or has no such output (yet)."""
+    from pdkit.aws_errors import error_code
+
+    try:
+        stacks = cloudformation.describe_stacks(StackName=stack_name).get("Stacks", [])
+    except Exception as err:
+        # Asked for by name, a stack that does not exist is a ValidationError "Stack with id X does not exist".
+        message = str(getattr(err, "response", {}).get("Error", {}).get("Message", ""))
+        if error_code(err) == "ValidationError" and "does not exist" in message:
+            return None
+        raise
+    outputs = stacks[0].get("Outputs", []) if stacks else []
+    return next((o["OutputValue"] for o in outputs if o.get("OutputKey") == RESERVATION_OUTPUT and o.get("OutputValue")), None)
+
+
+def missing_reservation(plan: Plan) -> str | None:
+    """Why the plan names no block to read yet, with the one next step; None when it names one."""
+    if not plan.reservation_is_placeholder:
+        return None
     if plan.purchase is not None:
-        stack = plan.stack_names["capacity"]
-        raise KitError(
-            f"the profile ({plan.profile_path}) has the block bought by `make deploy` (capacity.purchase), whose id the CLI does not read. "
-            f"Fix: read it with `aws cloudformation describe-stacks --stack-name {stack} --region {plan.region} "
-            "--query \"Stacks[0].Outputs[?OutputKey=='ReservationId'].OutputValue\" --output text`, then put it in capacity.reservation_id "
-            "and remove capacity.purchase (with the GPU node groups at 0: the launch template then names the id directly)"
+        return (
+            f"Capacity Block not bought yet: `make deploy` buys it (capacity.purchase, offering {plan.purchase.offering_id}; "
+            f"the {plan.stack_names['capacity']} stack has no {RESERVATION_OUTPUT} output in {plan.region})"
         )
-    if plan.reservation_is_placeholder:
-        raise KitError(
-            f"the profile ({plan.profile_path}) still has the synth-only placeholder reservation {plan.reservation_id}. "
-            "Fix: `pdkit capacity offerings`, buy one with `pdkit capacity buy OFFERING_ID`, and put its cr- id in capacity.reservation_id"
-        )
+    return (
+        f"the profile ({plan.profile_path}) still has the synth-only placeholder reservation {plan.reservation_id}. "
+        "Fix: `pdkit capacity offerings`, buy one with `pdkit capacity buy OFFERING_ID`, and put its cr- id in capacity.reservation_id"
+    )
+
+
+def require_reservation(plan: Plan) -> str:
+    """The plan's reservation id (after `with_bought_block`), or the one next step when there is none yet."""
+    missing = missing_reservation(plan)
+    if missing:
+        raise KitError(missing)
     return plan.reservation_id

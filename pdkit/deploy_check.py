@@ -15,6 +15,11 @@ makes a new version for any change in it, and the node groups follow `LatestVers
 a template comparison cannot see is an SSM-typed parameter (the promoted custom AMI): CloudFormation
 resolves it again at every update, so its deployed value (DescribeStacks `ResolvedValue`) is compared with
 the parameter's value now (ssm:GetParameter).
+
+An on-demand rehearsal (capacity.market: on-demand) is exempt: its node groups are ON_DEMAND, and a rolling update
+there is EKS's ordinary one, new instances launched on demand first, then the old ones drained
+(https://docs.aws.amazon.com/eks/latest/userguide/managed-node-update-behavior.html), so nothing is refused and
+no node group size is read.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdkit import capacity
 from pdkit.aws_errors import error_code
 from pdkit.errors import KitError
 from pdkit.plan import Plan
@@ -44,10 +50,11 @@ PURCHASE = "Custom::CapacityBlockPurchase"
 class Verdict:
     changes: tuple[str, ...]  # what would roll or replace GPU nodes, one phrase each
     running: dict[str, int]  # deployed GPU node group -> desired size
+    on_demand: bool = False  # the groups can surge: EKS launches the replacements on demand
 
     @property
     def refused(self) -> bool:
-        return bool(self.changes) and any(self.running.values())
+        return bool(self.changes) and any(self.running.values()) and not self.on_demand
 
 
 def synthesized_template(cdk_out: Path, stack_name: str) -> dict[str, Any]:
@@ -77,15 +84,28 @@ def deployed_template(cloudformation: Any, stack_name: str) -> dict[str, Any] | 
     return dict(body) if isinstance(body, Mapping) else dict(json.loads(body))
 
 
-def template_changes(deployed: Mapping[str, Any], synthesized: Mapping[str, Any]) -> list[str]:
-    """What in the synthesized template makes EKS roll or replace a deployed GPU node group."""
+def template_changes(deployed: Mapping[str, Any], synthesized: Mapping[str, Any], *, bought: str | None = None) -> list[str]:
+    """What in the synthesized template makes EKS roll or replace a deployed GPU node group. `bought`: the deployed
+    stack's ReservationId output, when it has a purchase resource."""
     changes = []
     before, after = _resources(deployed, LAUNCH_TEMPLATE), _resources(synthesized, LAUNCH_TEMPLATE)
+    purchases = _resources(deployed, PURCHASE)
     for logical_id in sorted(before.keys() & after.keys()):
         old, new = before[logical_id].get("LaunchTemplateData", {}), after[logical_id].get("LaunchTemplateData", {})
-        if old != new:
-            fields = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-            changes.append(f"launch template {logical_id} gets a new version ({', '.join(fields)} changed)")
+        if old == new:
+            continue
+        if bought and _substituted(old, lambda v: bought if _attribute_of(v, purchases) else v) == new:
+            # The same block, now named by its literal id. CloudFormation documents no rule that a changed property
+            # expression resolving to the same value skips the update, and AWS::EC2::LaunchTemplate makes a new version
+            # on every update of LaunchTemplateData; until that is shown, count it as a new version.
+            changes.append(
+                f"launch template {logical_id} names the bought block {bought} by its literal id instead of the purchase "
+                "resource's attribute (same block; counted as a new version: runbooks/00-capacity-block.md, "
+                '"From a bought block to capacity.reservation_id")'
+            )
+            continue
+        fields = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        changes.append(f"launch template {logical_id} gets a new version ({', '.join(fields)} changed)")
     old_groups, new_groups = _node_groups(deployed), _node_groups(synthesized)
     for name in sorted(old_groups):
         if name not in new_groups:
@@ -156,7 +176,12 @@ def check(plan: Plan, *, cdk_out: Path, cloudformation: Any, eks: Any, ssm: Any)
     deployed = deployed_template(cloudformation, stack)
     if deployed is None:
         return None
-    changes = template_changes(deployed, synthesized) + parameter_changes(cloudformation, ssm, stack, synthesized)
+    changes = template_changes(deployed, synthesized)
+    if changes and _resources(deployed, PURCHASE):  # is it only the bought block, now named by its id?
+        changes = template_changes(deployed, synthesized, bought=capacity.bought_reservation_id(cloudformation, stack))
+    changes += parameter_changes(cloudformation, ssm, stack, synthesized)
+    if plan.market == "on-demand":
+        return Verdict(changes=tuple(changes), running={}, on_demand=True)
     running = desired_sizes(eks, plan.cluster_name, sorted(_node_groups(deployed))) if changes else {}
     return Verdict(changes=tuple(changes), running=running)
 
@@ -189,6 +214,24 @@ def _resources(template: Mapping[str, Any], kind: str) -> dict[str, dict[str, An
 def _node_groups(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Node groups by name (the kit names each one; the logical id would hide a rename)."""
     return {str(props.get("NodegroupName", key)): props for key, props in _resources(template, NODE_GROUP).items()}
+
+
+def _attribute_of(value: Any, purchases: Mapping[str, Any]) -> bool:
+    """Whether `value` is {"Fn::GetAtt": [<a purchase resource>, "ReservationId"]}."""
+    att = value.get("Fn::GetAtt") if isinstance(value, dict) and len(value) == 1 else None
+    return isinstance(att, list) and len(att) == 2 and att[0] in purchases and att[1] == "ReservationId"
+
+
+def _substituted(value: Any, swap: Any) -> Any:
+    """`value` with every node replaced by swap(node) where that changes it, outermost first."""
+    swapped = swap(value)
+    if swapped is not value:
+        return swapped
+    if isinstance(value, dict):
+        return {k: _substituted(v, swap) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substituted(v, swap) for v in value]
+    return value
 
 
 def _refs(value: Any) -> Iterator[str]:

@@ -4,8 +4,8 @@ The CloudFormation template keeps desired size at 0 (a redeploy must never shrin
 block), so `pdkit nodes up|down` changes it with UpdateNodegroupConfig. Before the block is active
 EKS accepts a non-zero size, but the Auto Scaling group can only log launch errors until the start
 (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html), so `up` refuses then
-and says when the block starts. EKS also does not check that launched instances join the cluster:
-`pdkit status` does.
+and says when the block starts. An on-demand rehearsal has no block: its groups scale straight away.
+EKS also does not check that launched instances join the cluster: `pdkit status` does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pdkit import capacity
+from pdkit import capacity, placement
 from pdkit.aws_errors import error_code
 from pdkit.capacity import Reservation
 from pdkit.console import span, when
@@ -26,6 +26,8 @@ from pdkit.plan import Plan, RolePlan
 from pdkit.topology import CLUSTER_TAG, NODEGROUP_TAG
 
 POLL_SECONDS = 15.0
+# How long `up` waits for the nodes to join Kubernetes before it restores serving without placement.
+JOIN_POLLS = int(placement.JOIN_WAIT_MINUTES * 60 / POLL_SECONDS)  # as long as the block lifecycle function waits
 LIVE_STATES = ("pending", "running", "stopping", "shutting-down")
 
 
@@ -51,6 +53,25 @@ class Scaling:
 def target(role: RolePlan, *, up: bool) -> Scaling:
     # EKS requires maxSize >= 1, so "down" keeps max at the plan's size and only zeroes desired.
     return Scaling(min=0, max=max(role.nodes, 1), desired=role.nodes if up else 0)
+
+
+def needs_block(plan: Plan) -> bool:
+    """Only GPU nodes bought as a Capacity Block wait for one; on-demand instances launch whenever EC2 has them."""
+    return plan.market == "capacity-block"
+
+
+def launch_hint(plan: Plan) -> str:
+    if needs_block(plan):
+        return "otherwise check the block with `pdkit capacity status`"
+    # On demand, EC2 answers a shortfall with InsufficientInstanceCapacity or, past the quota, VcpuLimitExceeded
+    # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/troubleshooting-launch.html).
+    return f"otherwise on-demand {plan.instance.name} may be short in {plan.block_az} or past your vCPU quota: `pdkit preflight` shows the quota"
+
+
+def down_note(plan: Plan) -> str:
+    if needs_block(plan):
+        return "The block was paid upfront and keeps running until its end;"
+    return "On-demand instances stop billing as they terminate;"
 
 
 def require_block_for_up(res: Reservation, *, now: datetime, drain_minutes: int) -> None:
@@ -181,3 +202,34 @@ def scale_serving(plan: Plan, connect: Callable[[], Any], *, up: bool) -> list[s
         return [f"serving NOT {'restored' if up else 'scaled to 0'}: {err}", "run through the SSM access path:"] + [
             "  " + shlex.join(c) for c in commands
         ]
+
+
+def place_nodes(ec2: Any, plan: Plan, connect: Callable[[], Any], *, polls: int) -> list[str]:
+    """Once every planned GPU node has joined Kubernetes, label each with the role the instance topology gives it
+    (pdkit/placement.py), as the block lifecycle function does at delivery. Run before serving is restored: a pod
+    already scheduled keeps its node. Returns lines for the operator; placement never fails the command (a
+    problem is a WARN line and serving comes back unlabelled, each pod preferring its node group's role)."""
+    from pdkit import topology
+
+    later = "once every node has joined: pdkit topology --assign (pods already running keep their nodes until they restart)"
+    try:
+        cluster = connect()
+        for attempt in range(polls):
+            by_instance = {n.instance_id: n.name for n in cluster.gpu_nodes() if n.instance_id}
+            if len(by_instance) >= plan.instance_count:
+                break
+            if attempt == polls - 1:
+                return [f"WARN: {len(by_instance)} of {plan.instance_count} GPU nodes joined Kubernetes in time: no placement; {later}"]
+            sleep(POLL_SECONDS)
+        found = topology.with_topology(ec2, topology.find_gpu_nodes(ec2, plan))
+        chosen = placement.assign(plan, found)
+        missing = [i for ids in chosen.roles.values() for i in ids if i not in by_instance]
+        if missing:
+            return [f"WARN: {', '.join(missing)} not registered in Kubernetes: no placement; {later}"]
+        for role, ids in chosen.roles.items():
+            for instance_id in ids:
+                cluster.label_node(by_instance[instance_id], {placement.PLACED_ROLE_LABEL: role})
+    except Exception as err:  # placement only steers scheduling: never a reason to leave serving down
+        return [f"WARN: placement not applied ({str(err).splitlines()[0][:200] or type(err).__name__}); {later}"]
+    roles = "; ".join(f"{role}: {', '.join(ids) or 'none'}" for role, ids in chosen.roles.items())
+    return [f"WARN: {w}" for w in chosen.warnings] + [f"Placement from the topology: {roles} (labelled {placement.PLACED_ROLE_LABEL})."]

@@ -18,14 +18,17 @@ The result is written on each Node as `pdkit/placed-role`, which the serving pod
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import combinations
 from math import comb
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pdkit.plan import Plan
 from pdkit.topology import GpuNode, network_nodes_between
+
+if TYPE_CHECKING:  # standard library only at run time: the block lifecycle Lambda ships this module
+    from pdkit.plan import Plan
 
 PLACED_ROLE_LABEL = "pdkit/placed-role"
 # EKS labels each GPU node with its network nodes; layer 4 exists only on four-layer instance types
@@ -33,6 +36,10 @@ PLACED_ROLE_LABEL = "pdkit/placed-role"
 LAYER_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (4, 3))
 # A pair EC2 reports no topology for counts as farther apart than any reported pair.
 UNKNOWN_DISTANCE = 99
+# After the scale-up at block delivery, the lifecycle Lambda waits this long for every planned GPU node to
+# join and for EC2 to report its topology, then labels and restores serving; past it, serving is restored
+# unlabelled (pods prefer their node group's role). Fits the function's 15 min with its reserve.
+JOIN_WAIT_MINUTES = 12
 # Above this many decode subsets the search keeps the node-group roles (no block of the kit gets near).
 MAX_CANDIDATES = 20_000
 
@@ -62,13 +69,23 @@ def _spread(nodes: tuple[GpuNode, ...]) -> int:
 
 
 def assign(plan: Plan, nodes: list[GpuNode]) -> Placement:
-    """Decode gets the closest set of `plan.decode.nodes` instances, prefill the rest; ties keep node-group roles.
+    """Decode gets the closest set of `plan.decode.nodes` instances, prefill the rest; ties keep node-group roles."""
+    return choose(node_counts(plan), nodes)
+
+
+def node_counts(plan: Plan) -> dict[str, int]:
+    """GPU nodes per role, in the plan's role order: all `choose` needs of the plan."""
+    return {name: role.nodes for name, role in plan.roles.items()}
+
+
+def choose(counts: dict[str, int], nodes: list[GpuNode]) -> Placement:
+    """`assign` from the node count of each role, so the block lifecycle Lambda runs it without the plan.
 
     Always a full assignment of the nodes found: when no set shares a bottom node, decode gets the
     closest one there is and a warning says so; nothing is ever left without a role."""
-    by_group = {name: [n.instance_id for n in nodes if n.role == name] for name in plan.roles}
-    want = plan.decode.nodes
-    planned = sum(r.nodes for r in plan.roles.values())
+    by_group = {name: [n.instance_id for n in nodes if n.role == name] for name in counts}
+    want = counts["decode"]
+    planned = sum(counts.values())
     if len(nodes) != planned or len(nodes) < want:
         return Placement(
             roles=by_group,
@@ -81,7 +98,7 @@ def assign(plan: Plan, nodes: list[GpuNode]) -> Placement:
         candidates = iter([tuple(n for n in ordered if n.role == "decode")])
     best = min(candidates, key=lambda c: (_spread(c), sum(n.role != "decode" for n in c), [n.instance_id for n in c]))
     decode = {n.instance_id for n in best}
-    roles = {name: sorted(n.instance_id for n in nodes if (n.instance_id in decode) == (name == "decode")) for name in plan.roles}
+    roles = {name: sorted(n.instance_id for n in nodes if (n.instance_id in decode) == (name == "decode")) for name in counts}
     moved = sorted(n.instance_id for n in nodes if n.role != ("decode" if n.instance_id in decode else "prefill"))
     spread = _spread(best)
     placement = Placement(roles=roles, decode_shares_bottom_network_node=spread == 1, moved=moved)
@@ -92,6 +109,14 @@ def assign(plan: Plan, nodes: list[GpuNode]) -> Placement:
             "every pod still schedules (the role is only preferred)"
         )
     return placement
+
+
+def lifecycle_environment(plan: Plan) -> dict[str, str]:
+    """What the block lifecycle Lambda needs to place the nodes: the node-group role label, nodes per role, the wait."""
+    from pdkit.plan import ROLE_LABEL
+
+    spec = {"role_label": ROLE_LABEL, "nodes": node_counts(plan), "wait_seconds": JOIN_WAIT_MINUTES * 60}
+    return {"PLACEMENT": json.dumps(spec)}
 
 
 def bottom_network_node(labels: dict[str, str]) -> str | None:

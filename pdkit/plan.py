@@ -271,6 +271,9 @@ class Plan:
     system_node_arch: str
     drain_lead_minutes: int
     images: dict[str, ImagePlan]
+    # The region whose ECR registry holds the images: this profile's own, or for a rehearsal its block's (it runs
+    # the block's images, built once, and builds none; pdkit/rehearsal_rules.py adopt_block_images).
+    image_region: str
     weights: WeightsPlan
     stack_names: dict[str, str]
     interface_endpoints: tuple[str, ...]
@@ -290,6 +293,10 @@ class Plan:
     rehearses: str | None  # the block profile an on-demand rehearsal stands in for (pdkit/rehearsal_rules.py)
     router: RouterPlan
     profile: Profile = field(repr=False)
+
+    def image_registry(self, account: str) -> str:
+        """The ECR registry host of the built images, for `account` (a CDK token in a stack)."""
+        return f"{account}.dkr.ecr.{self.image_region}.amazonaws.com"
 
     def with_reservation_id(self, reservation_id: str) -> Plan:
         """This plan naming the block by `reservation_id`: the purchase resource's token, in a stack that reads it from there."""
@@ -321,7 +328,9 @@ def build(profile: Profile, *, profile_path: str | Path = "") -> Plan:
         if plan.rehearses is not None:
             from pdkit import rehearsal_rules  # it builds the block's plan with this module
 
-            rehearsal_rules.check(plan, rehearsal_rules.load_rehearsed(plan))
+            block = rehearsal_rules.load_rehearsed(plan)
+            rehearsal_rules.check(plan, block)
+            plan = rehearsal_rules.adopt_block_images(plan, block)
         return plan
     except ProfileError as err:
         raise err.with_source(str(profile_path)) from None
@@ -383,6 +392,7 @@ def _build(p: Profile, path: str) -> Plan:
         purchase=_purchase(p),
         market=_market(p),
         rehearses=p.rehearses,
+        image_region=p.aws.region,
         router=_router(p, roles),
         profile=p,
     )

@@ -84,6 +84,8 @@ class Preflight:
             self._guarded("Interconnect", lambda: self._interconnect(reservation))
             self._guarded("Reservation topology", lambda: self._topology(reservation))
         self._guarded("GPU vCPU quota", self._quota, denied="WARN")
+        if self.plan.rehearses is not None:
+            self._guarded("Block images", self._block_images)
         self._guarded("Lambda concurrency", self._lambda_concurrency)
         self._guarded("EKS add-ons", self._addons)
         self._guarded("GPU node image", self._node_image)
@@ -126,6 +128,16 @@ class Preflight:
         if plan.market == "on-demand":
             self._add("Reservation", "PASS", f"none: an on-demand rehearsal of {plan.rehearses or 'a block profile'} (capacity.market)")
             return None
+        if plan.purchase is not None:
+            # The block the capacity stack bought (capacity.purchase); every later check reads this plan.
+            rows = len(self.checks)
+            self._guarded("Reservation", lambda: setattr(self, "plan", capacity.with_bought_block(plan, self.aws)))
+            if len(self.checks) > rows:  # not allowed to read the stack: that row says which action is missing
+                return None
+            plan = self.plan
+            if plan.reservation_is_placeholder:  # nothing to check yet: the deploy buys the block the profile confirms
+                self._add("Reservation", "PASS", capacity.missing_reservation(plan) or "")
+                return None
         if plan.reservation_is_placeholder:
             self._add(
                 "Reservation",
@@ -297,6 +309,35 @@ class Preflight:
                 f"if nodes fail with VcpuLimitExceeded: `aws service-quotas request-service-quota-increase --service-code ec2 "
                 f"--quota-code {P_INSTANCE_VCPU_QUOTA} --desired-value {need} --region {self.aws.region}`",
             )
+
+    def _block_images(self) -> None:
+        """A rehearsal builds no image: it pulls its block's from the block's registry (plan.image_region), so they must
+        be there before it deploys. DescribeImages answers ImageNotFoundException for a missing tag and
+        RepositoryNotFoundException for a missing repository
+        (https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DescribeImages.html)."""
+        from pdkit import aws_clients
+
+        plan = self.plan
+        ecr = aws_clients.make_client("ecr", aws_profile=self.aws.aws_profile, region=plan.image_region)
+        missing = []
+        for image in plan.images.values():
+            try:
+                ecr.describe_images(repositoryName=image.repository, imageIds=[{"imageTag": image.tag}])
+            except Exception as err:
+                if error_code(err) not in ("ImageNotFoundException", "RepositoryNotFoundException"):
+                    raise
+                missing.append(f"{image.repository}:{image.tag}")
+        where = f"the registry of {plan.rehearses} in {plan.image_region}"
+        if missing:
+            self._add(
+                "Block images",
+                "FAIL",
+                f"not in {where}: {', '.join(missing)}",
+                f"build them: `make deploy PROFILE={plan.rehearses}` (its images stack builds in CodeBuild; the GPU node groups "
+                "stay at 0), then run pdkit preflight again",
+            )
+        else:
+            self._add("Block images", "PASS", f"all {len(plan.images)} images the rehearsal runs are in {where}")
 
     def _lambda_concurrency(self) -> None:
         """Room in the account's Lambda quota for the profile's opt-in reserved concurrency (none by default)."""

@@ -73,11 +73,25 @@ def prices() -> dict[str, Any]:
     return data
 
 
+UNCONFIRMED = "unconfirmed price"
+
+
+def confirmed(table: dict[str, Any], key: str) -> bool:
+    """False for a number pdkit/data/prices.yaml lists under `unconfirmed` (no source confirmed it)."""
+    return key not in table.get("unconfirmed", [])
+
+
+def _flag(table: dict[str, Any], *keys: str) -> str:
+    return f", {UNCONFIRMED}" if not all(confirmed(table, key) for key in keys) else ""
+
+
 def estimate(plan: Plan, *, hours: float, gpu_usd_per_hour: float | None = None, table: dict[str, Any] | None = None) -> Estimate:
     """On-demand price of the plan's GPU instances x count x hours, plus the EKS cluster hour and the NAT gateway hours."""
     table = table if table is not None else prices()
     name, region = plan.instance.name, plan.region
+    gpu_flag = ""
     if gpu_usd_per_hour is None:
+        gpu_flag = _flag(table, f"on_demand_usd_per_hour.{region}")
         gpu_usd_per_hour = table["on_demand_usd_per_hour"].get(region, {}).get(name)
         if gpu_usd_per_hour is None:
             raise KitError(
@@ -86,12 +100,15 @@ def estimate(plan: Plan, *, hours: float, gpu_usd_per_hour: float | None = None,
             )
     nat_prices = table["nat_gateway_usd_per_hour"]
     nat, nat_note = (nat_prices[region], "") if region in nat_prices else (nat_prices["default"], f", {region} not priced: US East price")
+    nat_note += _flag(table, f"nat_gateway_usd_per_hour.{region if region in nat_prices else 'default'}")
     gateways = plan.profile.network.nat_gateways
     lines = (
         CostLine(
-            f"{plan.instance_count} x {name} on-demand (${gpu_usd_per_hour:,.2f}/h each)", gpu_usd_per_hour * plan.instance_count, hours
+            f"{plan.instance_count} x {name} on-demand (${gpu_usd_per_hour:,.2f}/h each{gpu_flag})",
+            gpu_usd_per_hour * plan.instance_count,
+            hours,
         ),
-        CostLine("EKS cluster", float(table["eks_cluster_usd_per_hour"]), hours),
+        CostLine("EKS cluster" + _flag(table, "eks_cluster_usd_per_hour"), float(table["eks_cluster_usd_per_hour"]), hours),
         CostLine(f"{gateways} NAT gateway(s), hours only{nat_note}", float(nat) * gateways, hours),
     )
     return Estimate(lines=lines, hours=hours, as_of=str(table["as_of"]), source=str(table["sources"]["on_demand"]))
@@ -340,19 +357,19 @@ def check_teardown(plan: Plan, clients: Callable[[str], Any], *, table: dict[str
                 raise KitError(
                     f"your AWS identity is not allowed to call ecr:DescribeImages on {name}. Fix: add ecr:DescribeImages to your IAM role or policy"
                 ) from None
-            result.kept.append(_sized("ECR repository", name, size, float(per_month["ecr_gb"])))
+            result.kept.append(_sized("ECR repository", name, size, float(per_month["ecr_gb"]), _flag(table, "kept_usd_per_month.ecr_gb")))
         elif service == "s3":
             size = sum(
                 o["Size"]
                 for page in clients("s3").get_paginator("list_objects_v2").paginate(Bucket=resource)
                 for o in page.get("Contents", [])
             )
-            result.kept.append(_sized("S3 bucket", resource, size, float(per_month["s3_gb"])))
+            result.kept.append(_sized("S3 bucket", resource, size, float(per_month["s3_gb"]), _flag(table, "kept_usd_per_month.s3_gb")))
         elif service == "logs" and resource.startswith("log-group:"):
             name = resource.removeprefix("log-group:").removesuffix(":*")
             groups = clients("logs").describe_log_groups(logGroupNamePrefix=name)["logGroups"]
             size = sum(g.get("storedBytes", 0) for g in groups if g["logGroupName"] == name)
-            result.kept.append(_sized("log group", name, size, float(per_month["logs_gb"])))
+            result.kept.append(_sized("log group", name, size, float(per_month["logs_gb"]), _flag(table, "kept_usd_per_month.logs_gb")))
     return result
 
 
@@ -364,6 +381,6 @@ def _key(kms: Any, arn: str, usd: float) -> Kept:
     return Kept("KMS key", meta["KeyId"], usd, meta["KeyState"].lower())
 
 
-def _sized(kind: str, name: str, size_bytes: int, usd_per_gb: float) -> Kept:
+def _sized(kind: str, name: str, size_bytes: int, usd_per_gb: float, flag: str = "") -> Kept:
     gb = size_bytes / GB
-    return Kept(kind, name, gb * usd_per_gb, f"{gb:,.1f} GB")
+    return Kept(kind, name, gb * usd_per_gb, f"{gb:,.1f} GB{flag}")

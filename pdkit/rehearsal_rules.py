@@ -71,6 +71,8 @@ def _checks(plan: Plan) -> list[Check]:
     checks: list[Check] = [
         ("images.source", lambda p: p.profile.images.source, "use the block profile's images.source: {want}"),
         ("images.versions_file", lambda p: p.profile.images.versions_file, "use the block profile's images.versions_file: {want}"),
+        # The rehearsal pulls the block's images from the block's registry, which is in the block's account.
+        ("aws.account", lambda p: p.account, "use the block profile's aws.account: {want} (its registry holds the images)"),
         (
             "images (tags)",
             lambda p: {name: image.tag for name, image in sorted(p.images.items())},
@@ -112,6 +114,18 @@ def _role(role: str, attr: str) -> Callable[[Plan], Any]:
 
 def _setting(role: str, read: Callable[[Role], Any]) -> Callable[[Plan], Any]:
     return lambda p: read(p.roles[role].settings)
+
+
+def adopt_block_images(rehearsal: Plan, block: Plan) -> Plan:
+    """The rehearsal runs the images built for its block, from the block's registry: the same repositories and
+    tags (check() has proved the tags equal), pulled across regions when the block's region offers no rehearsal
+    instance type. Nodes pull with AmazonEC2ContainerRegistryReadOnly (Resource "*", any region of the account:
+    https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonEC2ContainerRegistryReadOnly.html);
+    the bytes travel through the NAT gateway and are billed as inter-region transfer on both sides
+    (https://aws.amazon.com/blogs/containers/understanding-data-transfer-costs-for-aws-container-services/)."""
+    from dataclasses import replace
+
+    return replace(rehearsal, images=dict(block.images), image_region=block.image_region)
 
 
 def check(rehearsal: Plan, block: Plan) -> None:

@@ -80,6 +80,8 @@ def _aws(plan: Plan, aws: Aws, now: datetime, report: Report) -> None:
         if res.end:
             detail += f", ends {res.end:%Y-%m-%d %H:%M} UTC" + (f" ({span(left)} left)" if left else "")
         report.add("aws", f"block {res.id}", "OK" if res.state == "active" else "WAIT", detail)
+    elif plan.purchase is not None:
+        report.add("aws", "block", "WAIT", capacity.missing_reservation(plan) or "")
     for role in plan.roles.values():
         group = aws.eks.describe_nodegroup(clusterName=plan.cluster_name, nodegroupName=role.node_group_name)["nodegroup"]
         scaling = group.get("scalingConfig", {})

@@ -56,17 +56,24 @@ def _specs(plan: Plan) -> list[_Spec]:
     p = plan.profile.observability
     cluster = (("ClusterName", plan.cluster_name),)
     block = (("CapacityReservationId", plan.reservation_id), *cluster)
-    specs = [
-        _Spec(
-            "block_left",
-            "block minutes left",
-            c.BLOCK_NAMESPACE,
-            c.BLOCK_MINUTES_LEFT,
-            block,
-            "Minimum",
-            "min",
-            fail_below=plan.drain_lead_minutes,
-        ),
+    # A rehearsal has no block, so no clock: the block lifecycle function publishes nothing for it.
+    specs = (
+        []
+        if plan.market == "on-demand"
+        else [
+            _Spec(
+                "block_left",
+                "block minutes left",
+                c.BLOCK_NAMESPACE,
+                c.BLOCK_MINUTES_LEFT,
+                block,
+                "Minimum",
+                "min",
+                fail_below=plan.drain_lead_minutes,
+            ),
+        ]
+    )
+    specs += [
         _Spec(
             "ttft_p99",
             "TTFT p99 (decode)",

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pdkit.plan import Plan
+if TYPE_CHECKING:  # the block lifecycle Lambda ships this module (via placement.py) without the plan's pydantic
+    from pdkit.plan import Plan
 
 NODEGROUP_TAG = "eks:nodegroup-name"
 CLUSTER_TAG = "eks:cluster-name"

@@ -35,7 +35,7 @@ class ImageBuilderHost(Construct):
         ]
         serving = plan.images[ami.SERVING_IMAGE]
         if serving.build:
-            repository = stack.format_arn(service="ecr", resource="repository", resource_name=serving.repository)
+            repository = stack.format_arn(service="ecr", resource="repository", region=plan.image_region, resource_name=serving.repository)
             statements += [
                 iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
                 iam.PolicyStatement(

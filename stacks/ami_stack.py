@@ -45,7 +45,7 @@ class AmiStack(cdk.Stack):
             self, "PipelineLogs", key=logs_kms, retention_days=retention, log_group_name=f"/aws/imagebuilder/pipeline/{prefix}"
         )
 
-        registry = f"{self.account}.dkr.ecr.{self.region}.amazonaws.com"
+        registry = plan.image_registry(self.account)
         parameters = ami.component_parameters(plan, registry=registry)
         self.components = {
             name: imagebuilder.CfnComponent(

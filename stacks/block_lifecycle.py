@@ -1,9 +1,11 @@
 """Block lifecycle automation: scale GPU node groups up when the block is delivered and to 0 at
 T-minus the drain lead (from the reservation's current end date), with notifications. Before the
 node groups go to 0 it scales the DisaggregatedSet's roles to 0 through the Kubernetes API, so the serving
-PodDisruptionBudgets never hold the drain (pdkit/serving/drain.py); at delivery it restores them.
-The function reaches the private API endpoint from the VPC (cluster security group ingress on 443)
-as the Kubernetes group of its access entry, which the serving objects bind to a namespaced Role.
+PodDisruptionBudgets never hold the drain (pdkit/serving/drain.py); at delivery it waits for the GPU
+nodes to join, labels each with its role from the instance topology (pdkit/placement.py), then
+restores them. The function reaches the private API endpoint from the VPC (cluster security group
+ingress on 443) as the Kubernetes group of its access entry, which the serving objects bind to a
+namespaced Role and a ClusterRole that may only label the Nodes (pdkit/serving/manifests.py).
 Runtime code: pdkit/functions/block_lifecycle.py and pdkit/functions/kube_api.py."""
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from pdkit import reservation
+from pdkit import placement, reservation
 from pdkit.plan import Plan
 from pdkit.serving import drain
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
 
 CHECK_EVERY = cdk.Duration.minutes(5)
-# The pod wait (drain.POD_WAIT_MINUTES) plus node group calls must fit in one invocation.
+# The pod wait (drain.POD_WAIT_MINUTES), or the node join wait (placement.JOIN_WAIT_MINUTES), plus the node
+# group calls must fit in one invocation; the handler also bounds both by the time it has left.
 TIMEOUT_MINUTES = 15
 
 
@@ -59,7 +62,7 @@ class BlockLifecycle(Construct):
             self,
             "Function",
             handler="pdkit.functions.block_lifecycle.handler",
-            modules=("reservation.py", "functions/block_lifecycle.py", "functions/kube_api.py"),
+            modules=("reservation.py", "topology.py", "placement.py", "functions/block_lifecycle.py", "functions/kube_api.py"),
             description=f"{plan.name}: scale GPU node groups at Capacity Block start and drain before its end",
             vpc=vpc,
             key=key,
@@ -73,6 +76,7 @@ class BlockLifecycle(Construct):
                 "KUBE_ENDPOINT": cluster.cluster_endpoint,
                 "KUBE_CA_DATA": cluster.cluster_certificate_authority_data,
                 **drain.drain_plan(plan).lifecycle_environment(),
+                **placement.lifecycle_environment(plan),
             },
             timeout_minutes=TIMEOUT_MINUTES,
             reserved_concurrency=plan.function_concurrency.per_function,
@@ -101,13 +105,14 @@ class BlockLifecycle(Construct):
         scale = self.function.allow(
             "Scale",
             iam.PolicyStatement(actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"], resources=nodegroups),
-            iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations"], resources=["*"]),
+            iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations", "ec2:DescribeInstanceTopology"], resources=["*"]),
             iam.PolicyStatement(actions=["sns:Publish"], resources=[self.topic.topic_arn]),
         )
         acknowledge(
             scale,
             {
-                "AwsSolutions-IAM5[Resource::*]": "ec2:DescribeCapacityReservations supports no resource-level permissions; the function only reads it.",
+                "AwsSolutions-IAM5[Resource::*]": "ec2:DescribeCapacityReservations and ec2:DescribeInstanceTopology support no resource-level permissions "
+                "(Service Authorization Reference, Amazon EC2: no resource type for either); the function only reads them.",
                 **{
                     f"AwsSolutions-IAM5[Resource::arn:aws:eks:{plan.region}:{plan.account or '<AWS::AccountId>'}:nodegroup/{plan.cluster_name}/{name}/*]": "EKS node group ARNs end in an id assigned at creation; the wildcard covers only that suffix of this kit's own node groups."
                     for name in groups

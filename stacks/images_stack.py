@@ -4,6 +4,9 @@ on deploy when that source changes.
 
 A 20+ GB CUDA image should not travel from a laptop; CodeBuild pulls bases and pushes to ECR inside
 the region. Repository names and tags come from the plan (containers/versions.yaml).
+
+A rehearsal builds nothing: it runs the images built for its block, from the block's registry (the plan's
+image_region), so its images stack is an empty shell that only names them.
 """
 
 from __future__ import annotations
@@ -36,8 +39,17 @@ class ImagesStack(cdk.Stack):
     def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, **kwargs: Any) -> None:
         self._zones = list(plan.availability_zones)
         super().__init__(scope, id_, **kwargs)
-        key = kms.Key(self, "ImagesKey", description=f"{plan.name}: ECR images and build artifacts", enable_key_rotation=True)
         self.repositories: dict[str, ecr.Repository] = {}
+        if plan.rehearses is not None:
+            registry = plan.image_registry(self.account)
+            for image in plan.images.values():
+                cdk.CfnOutput(self, f"{image.name.title().replace('-', '')}Image", value=image.uri(registry))
+            cdk.CfnOutput(self, "Images", value=f"the images of {plan.rehearses}, built in {plan.image_region}; nothing to build here")
+            # A template needs at least one resource; this one creates nothing and costs nothing
+            # (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-cloudformation-waitconditionhandle.html).
+            cdk.CfnResource(self, "NothingToBuild", type="AWS::CloudFormation::WaitConditionHandle")
+            return
+        key = kms.Key(self, "ImagesKey", description=f"{plan.name}: ECR images and build artifacts", enable_key_rotation=True)
         for image in plan.images.values():
             if not image.build:
                 continue

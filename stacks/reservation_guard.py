@@ -1,6 +1,7 @@
 """Deploy-time guard: refuses the deploy before any GPU node group exists when the reservation is the
 placeholder, unknown, expired or cancelled, or differs from the profile; lets a rollback restore the
-previous reservation id (pdkit/functions/reservation_guard.py)."""
+previous reservation id; waits for a block the stack's purchase resource just bought to become visible
+(pdkit/functions/reservation_guard.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from pdkit.functions.reservation_guard import FROM_PURCHASE
 from pdkit.plan import Plan
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
@@ -56,5 +58,8 @@ class ReservationGuard(Construct):
                 "InstanceType": plan.instance.name,
                 "InstanceCount": str(plan.instance_count),
                 "AvailabilityZone": plan.block_az,
+                # The id comes from the purchase resource beside it: the guard waits for EC2 to show a block
+                # bought moments ago instead of refusing it (pdkit/functions/reservation_guard.py).
+                **({"ReservationFrom": FROM_PURCHASE} if plan.purchase else {}),
             },
         )

@@ -90,7 +90,8 @@ class ServingStack(cdk.Stack):
         )
 
         writer = self._writer(plan, cluster, key)
-        registry = f"{self.account}.dkr.ecr.{self.region}.{self.url_suffix}"
+        # The block's registry for a rehearsal, which runs the block's images (plan.image_region).
+        registry = f"{self.account}.dkr.ecr.{plan.image_region}.{self.url_suffix}"
         objects = manifests.render(plan, inputs.from_plan(plan, registry=registry, weights_bucket=self.weights.bucket_name))
         self.manifest = eks.KubernetesManifest(self, "Objects", cluster=cluster.cluster, manifest=objects, overwrite=True)
 

@@ -135,9 +135,7 @@ def test_validation_results_are_included(plan, tmp_path):
     from tests.test_fabric_validate import GOOD_LOGS
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
-    outcome = validate.run(
-        plan, FakeCluster(logs=logs), image="i", waiting=lambda _p: fakes.waiting(fakes.Clock()), run_id="v1", token="t" * 40
-    )
+    outcome = validate.run(plan, FakeCluster(logs=logs), image="i", waiting=lambda _p: fakes.waiting(fakes.Clock()), run_id="v1")
     outcome.save(tmp_path / "v.json")
     the_seed = seed.load()
     text = report.markdown(

@@ -24,7 +24,10 @@ import botocore.auth
 import pytest
 from botocore.stub import ANY, Stubber
 
+from pdkit import placement
 from pdkit.functions import block_lifecycle, kube_api
+from pdkit.placement import PLACED_ROLE_LABEL
+from pdkit.plan import ROLE_LABEL
 from pdkit.serving import drain, inputs, manifests, names
 
 CLUSTER = "glm51-2p2d"
@@ -54,6 +57,10 @@ class FakeKube:
         self.namespace = names.namespace(plan)
         self.name = names.disaggregated_set(plan)
         self.role = manifests.block_lifecycle_role(plan)
+        self.node_role = manifests.block_lifecycle_node_role(plan)
+        # Nodes that have joined: name -> labels and providerID; `late` ones join after that many node listings.
+        self.nodes: dict[str, dict] = {}
+        self.late: dict[str, tuple[int, dict]] = {}
         (ds,) = [o for o in manifests.render(plan, inputs.from_plan(plan)) if o["kind"] == "DisaggregatedSet"]
         self.spec = json.loads(json.dumps(ds["spec"])) if present else None
         self.pods = {r["name"]: [f"{self.name}-0-5d8f-{r['name']}-0", f"{self.name}-0-5d8f-{r['name']}-0-1"] for r in ds["spec"]["roles"]}
@@ -74,8 +81,22 @@ class FakeKube:
     def connect(self):
         return kube_api.KubeApi("https://api.example.eks.amazonaws.com", bearer=lambda: "k8s-aws-v1.test", opener=self)
 
-    def _allowed(self, verb, resource, name):
-        for rule in self.role["rules"]:
+    def join(self, instance_id, role, *, after=0):
+        """A GPU node of `role`'s node group registers (kubelet sets providerID aws:///<az>/<instance id>)."""
+        node = {
+            "labels": {ROLE_LABEL: role, "topology.kubernetes.io/zone": "eu-south-2a"},
+            "providerID": f"aws:///eu-south-2a/{instance_id}",
+        }
+        if after:
+            self.late[f"ip-{instance_id}"] = (after, node)
+        else:
+            self.nodes[f"ip-{instance_id}"] = node
+
+    def placed(self):
+        return {name: n["labels"][PLACED_ROLE_LABEL] for name, n in self.nodes.items() if PLACED_ROLE_LABEL in n["labels"]}
+
+    def _allowed(self, verb, resource, name, rules=None):
+        for rule in rules if rules is not None else self.role["rules"]:
             if resource in rule["resources"] and verb in rule["verbs"] and (name is None or name in rule.get("resourceNames", [name])):
                 return True
         return False
@@ -127,6 +148,38 @@ class FakeKube:
                 else:
                     self.countdown.pop(role, None)
             return io.BytesIO(json.dumps({"kind": "DisaggregatedSet", "spec": self.spec}).encode())
+        if method == "GET" and url.path == "/api/v1/nodes":
+            if not self._allowed("list", "nodes", None, self.node_role["rules"]):
+                raise self._error(request.full_url, 403, "nodes is forbidden")
+            (selector,) = urllib.parse.parse_qs(url.query)["labelSelector"]
+            key, values = selector.split(" in ")
+            wanted = values.strip("()").split(",")
+            for name, (after, node) in list(self.late.items()):
+                if after <= 1:
+                    self.nodes[name] = node
+                    del self.late[name]
+                else:
+                    self.late[name] = (after - 1, node)
+            items = [
+                {"metadata": {"name": name, "labels": n["labels"]}, "spec": {"providerID": n["providerID"]}}
+                for name, n in self.nodes.items()
+                if n["labels"].get(key) in wanted
+            ]
+            self.log.append(("nodes", len(items)))
+            return io.BytesIO(json.dumps({"kind": "NodeList", "items": items}).encode())
+        if method == "PATCH" and url.path.startswith("/api/v1/nodes/"):
+            name = url.path.removeprefix("/api/v1/nodes/")
+            if not self._allowed("patch", "nodes", name, self.node_role["rules"]):
+                raise self._error(request.full_url, 403, f"nodes {name} is forbidden")
+            assert request.get_header("Content-type") == "application/merge-patch+json"
+            patch = json.loads(request.data)
+            # What the ValidatingAdmissionPolicy lets the group change: the placed-role label, nothing else.
+            assert set(patch) == {"metadata"}
+            assert set(patch["metadata"]) == {"labels"}
+            assert set(patch["metadata"]["labels"]) == {PLACED_ROLE_LABEL}
+            self.nodes[name]["labels"].update(patch["metadata"]["labels"])
+            self.log.append(("label", name, patch["metadata"]["labels"][PLACED_ROLE_LABEL]))
+            return io.BytesIO(json.dumps({"kind": "Node"}).encode())
         if method == "GET" and url.path == f"/api/v1/namespaces/{self.namespace}/pods":
             if not self._allowed("list", "pods", None):
                 raise self._error(request.full_url, 403, "pods is forbidden")
@@ -174,6 +227,7 @@ def env(monkeypatch, the_plan):
         "DRAIN_LEAD_MINUTES": "60",
         "TOPIC_ARN": "arn:aws:sns:eu-south-2:123456789012:t",
         **drain.drain_plan(the_plan).lifecycle_environment(),
+        **placement.lifecycle_environment(the_plan),
     }.items():
         monkeypatch.setenv(key, value)
 
@@ -195,6 +249,22 @@ class Aws:
             lambda params, **_: log.append(("nodegroup", params["nodegroupName"], params["scalingConfig"]["desiredSize"])),
         )
         self.sns.meta.events.register("before-parameter-build.sns.Publish", lambda params, **_: self.messages.append(params["Message"]))
+        self.ec2.meta.events.register("before-parameter-build.ec2.DescribeInstanceTopology", lambda params, **_: log.append(("topology",)))
+
+    def topology(self, paths, *, reported=None):
+        """One DescribeInstanceTopology answer for the joined instances (botocore ec2 model: InstanceTopology);
+        an instance EC2 does not report yet comes back without NetworkNodes."""
+        reported = set(paths) if reported is None else reported
+        instances = [
+            {
+                "InstanceId": i,
+                "InstanceType": "p5en.48xlarge",
+                "AvailabilityZone": "eu-south-2a",
+                **({"NetworkNodes": list(p)} if i in reported else {}),
+            }
+            for i, p in paths.items()
+        ]
+        self.stubs["ec2"].add_response("describe_instance_topology", {"Instances": instances}, {"InstanceIds": ANY})
 
     def nodegroups(self, current, target):
         for name in GROUPS:
@@ -361,18 +431,140 @@ def test_drained_groups_are_left_alone_without_calling_kubernetes(env, the_plan)
 # --- delivery ---------------------------------------------------------------------------------------
 
 
-def test_delivered_scales_node_groups_up_then_restores_the_plans_replicas(env, the_plan):
+# The block's four instances: each decode-group node shares its bottom network node with a prefill-group node
+# (EC2 picks which instance each node group gets), so the topology moves one prefill node into decode.
+PATHS = {
+    "i-0d1": ("nn-top", "nn-mid-1", "nn-bottom-1"),
+    "i-0p1": ("nn-top", "nn-mid-1", "nn-bottom-1"),
+    "i-0d2": ("nn-top", "nn-mid-2", "nn-bottom-2"),
+    "i-0p2": ("nn-top", "nn-mid-2", "nn-bottom-2"),
+}
+
+
+def _joined(kube, *, late=(), after=0):
+    for instance_id in PATHS:
+        kube.join(instance_id, "decode" if "d" in instance_id[2:] else "prefill", after=after if instance_id in late else 0)
+
+
+def test_delivered_scales_up_labels_from_the_topology_then_restores_serving(env, the_plan):
+    """Delivery -> node groups scaled -> DescribeInstanceTopology -> Node labels -> serving restored, in that order.
+    A pod already scheduled keeps its node (the label is a preferred node affinity, which the scheduler only
+    weighs when it places a pod: https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#node-affinity),
+    so the labels must be on the Nodes before the DisaggregatedSet gets its replicas back. Instances under the same
+    bottom network node are the closest (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/how-ec2-instance-topology-works.html)."""
     log: list = []
     kube, aws = FakeKube(the_plan, log), Aws(log)
     kube.set_replicas(0)
+    _joined(kube)
     aws.nodegroups(current=0, target=2)
+    aws.topology(PATHS)
     aws.notified()
-    assert aws.run(DELIVERED, kube) == {"action": "scale-up", "serving": "restored"}
-    assert _last(log, "nodegroup") < _first(log, "patch")
+    assert aws.run(DELIVERED, kube) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
+    assert kube.placed() == {"ip-i-0d1": "decode", "ip-i-0p1": "decode", "ip-i-0d2": "prefill", "ip-i-0p2": "prefill"}
+    assert _last(log, "nodegroup") < _first(log, "topology") < _first(log, "label")
+    assert _last(log, "label") < _first(log, "patch")
     wanted = drain.drain_plan(the_plan).roles
     assert kube.replicas == wanted
     assert sorted((e[1], e[2]) for e in log if e[0] == "patch") == sorted(wanted.items())
-    assert "Serving restored to the plan's replicas (prefill: 1, decode: 1)" in aws.messages[0]
+    (message,) = aws.messages
+    assert "Placement from the instance topology: prefill on i-0d2, i-0p2; decode on i-0d1, i-0p1" in message
+    assert "Serving restored to the plan's replicas (prefill: 1, decode: 1)" in message
+
+
+def test_nodes_that_join_during_the_wait_are_labelled_before_serving(env, the_plan):
+    """EKS scales the group in minutes and the kubelet registers the Node later still: the function polls
+    (never more than POLL_SECONDS at a time) until every planned node has joined."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log), Aws(log), FakeClock()
+    kube.set_replicas(0)
+    _joined(kube, late=("i-0p2",), after=3)
+    aws.nodegroups(current=0, target=2)
+    aws.topology(PATHS)
+    aws.notified()
+    assert aws.run(DELIVERED, kube, clock)["placement"] == "placed"
+    assert [e[1] for e in log if e[0] == "nodes"] == [3, 3, 4]
+    assert clock.sleeps == [block_lifecycle.POLL_SECONDS] * 2
+    assert len(kube.placed()) == 4
+    assert _last(log, "label") < _first(log, "patch")
+
+
+def test_topology_not_reported_yet_is_waited_for(env, the_plan):
+    """EC2 answers DescribeInstanceTopology only for running instances and may lag just after launch
+    (API reference, DescribeInstanceTopology: eventual consistency); the function asks again before it places."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log), Aws(log), FakeClock()
+    kube.set_replicas(0)
+    _joined(kube)
+    aws.nodegroups(current=0, target=2)
+    aws.topology(PATHS, reported={"i-0d1", "i-0d2", "i-0p1"})
+    aws.topology(PATHS)
+    aws.notified()
+    assert aws.run(DELIVERED, kube, clock)["placement"] == "placed"
+    assert [e[0] for e in log].count("topology") == 2
+    assert kube.placed()["ip-i-0p1"] == "decode"
+
+
+def test_late_nodes_get_a_bounded_wait_then_serving_anyway_with_a_notice(env, the_plan):
+    """A node that has not joined by the deadline never holds serving: no label is written, the roles get
+    their replicas back (each pod then prefers its node group's role) and the notification says what to run."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log), Aws(log), FakeClock()
+    start = clock.now
+    kube.set_replicas(0)
+    _joined(kube, late=("i-0p2",), after=10_000)
+    aws.nodegroups(current=0, target=2)
+    aws.notified()
+    assert aws.run(DELIVERED, kube, clock) == {"action": "scale-up", "placement": "late", "serving": "restored"}
+    assert clock.now - start == pytest.approx(placement.JOIN_WAIT_MINUTES * 60)
+    assert max(clock.sleeps) <= block_lifecycle.POLL_SECONDS
+    assert kube.placed() == {}
+    assert "topology" not in [e[0] for e in log]
+    assert kube.replicas == drain.drain_plan(the_plan).roles
+    (message,) = aws.messages
+    assert "Only 3 of 4 planned GPU nodes joined within 720 s" in message
+    assert "pdkit topology --assign" in message
+    assert "Serving restored" in message
+
+
+def test_the_join_wait_fits_in_what_is_left_of_the_invocation(env, the_plan):
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log), Aws(log), FakeClock()
+    start = clock.now
+    aws.nodegroups(current=0, target=2)
+    aws.notified()
+    assert aws.run(DELIVERED, kube, clock, context=Context(remaining_ms=300_000))["placement"] == "late"
+    assert clock.now - start == pytest.approx(300 - block_lifecycle.RESERVE_SECONDS)
+
+
+def test_a_refused_topology_call_still_restores_serving(env, the_plan):
+    """EC2 refuses DescribeInstanceTopology without ec2:DescribeInstanceTopology (EC2 User Guide, instance topology
+    prerequisites: IAM permissions): placement is reported as not applied, serving still comes back."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    kube.set_replicas(0)
+    _joined(kube)
+    aws.nodegroups(current=0, target=2)
+    aws.stubs["ec2"].add_client_error("describe_instance_topology", "UnauthorizedOperation", "You are not authorized", 403)
+    aws.notified()
+    assert aws.run(DELIVERED, kube) == {"action": "scale-up", "placement": "failed", "serving": "restored"}
+    assert kube.placed() == {}
+    assert "Placement NOT applied" in aws.messages[0]
+    assert "UnauthorizedOperation" in aws.messages[0]
+
+
+def test_without_the_node_cluster_role_placement_fails_and_serving_is_restored(env, the_plan):
+    """Nodes are cluster-scoped: the namespaced Role cannot list or patch them (RBAC docs, Role and ClusterRole:
+    https://kubernetes.io/docs/reference/access-authn-authz/rbac/#role-and-clusterrole)."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    kube.node_role = {"rules": []}
+    kube.set_replicas(0)
+    _joined(kube)
+    aws.nodegroups(current=0, target=2)
+    aws.notified()
+    assert aws.run(DELIVERED, kube)["placement"] == "failed"
+    assert "HTTP 403" in aws.messages[0]
+    assert kube.replicas == drain.drain_plan(the_plan).roles
 
 
 def test_delivered_with_an_unreachable_api_still_scales_up_and_says_so(env, the_plan):
@@ -605,6 +797,48 @@ def test_the_role_allows_exactly_what_the_lifecycle_calls(the_plan):
     assert binding in objs
 
 
+def test_the_cluster_role_may_only_read_and_patch_nodes(the_plan):
+    """Labelling a Node is a `patch` of a cluster-scoped object, which only a ClusterRole can grant; nothing more."""
+    role = manifests.block_lifecycle_node_role(the_plan)
+    binding = manifests.block_lifecycle_node_binding(the_plan)
+    assert "namespace" not in role["metadata"]
+    assert "namespace" not in binding["metadata"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": drain.LIFECYCLE_GROUP}]
+    objs = manifests.render(the_plan, inputs.from_plan(the_plan))
+    assert role in objs
+    assert binding in objs
+
+
+def test_an_admission_policy_narrows_the_patch_to_the_placed_role_label(the_plan):
+    """RBAC grants `patch` on a whole Node; a ValidatingAdmissionPolicy bound with Deny
+    (admissionregistration.k8s.io/v1, GA since 1.30: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/)
+    checks each UPDATE by the lifecycle group (matchConditions on request.userInfo.groups) against oldObject:
+    spec, annotations and every other label unchanged, the label's value a role. Both objects pass
+    kubernetes-validate's strict schema of the cluster's version."""
+    import kubernetes_validate
+
+    policy = manifests.block_lifecycle_node_policy(the_plan)
+    binding = manifests.block_lifecycle_node_policy_binding(the_plan)
+    for obj in (policy, binding):
+        kubernetes_validate.validate(obj, the_plan.kubernetes_version, strict=True)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+    ]
+    assert [c["expression"] for c in spec["matchConditions"]] == [f"'{drain.LIFECYCLE_GROUP}' in request.userInfo.groups"]
+    rules = " ".join(v["expression"] for v in spec["validations"])
+    assert "object.spec == oldObject.spec" in rules
+    assert "object.metadata.annotations == oldObject.metadata.annotations" in rules
+    assert f"k == '{PLACED_ROLE_LABEL}' || (k in oldObject.metadata.labels" in rules
+    assert "['prefill', 'decode']" in rules
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    objs = manifests.render(the_plan, inputs.from_plan(the_plan))
+    assert objs.index(policy) < objs.index(binding)
+
+
 def _lifecycle(kit):
     resources = kit.template_json("capacity")["Resources"]
     (fn,) = [r for r in resources.values() if r["Properties"].get("Handler") == "pdkit.functions.block_lifecycle.handler"]
@@ -629,9 +863,11 @@ def test_lifecycle_function_knows_the_api_and_the_serving_objects(kit):
         "roles": [{"name": "prefill", "replicas": 1}, {"name": "decode", "replicas": 1}],
     }
     assert env["DRAIN_WAIT_SECONDS"] == "600"
-    # The pod wait and the node group calls fit in one invocation.
+    assert json.loads(env["PLACEMENT"]) == {"role_label": ROLE_LABEL, "nodes": {"prefill": 2, "decode": 2}, "wait_seconds": 720}
+    # The pod wait, or the node join wait, and the node group calls fit in one invocation.
     assert fn["Properties"]["Timeout"] == 900
     assert fn["Properties"]["Timeout"] >= int(env["DRAIN_WAIT_SECONDS"]) + block_lifecycle.RESERVE_SECONDS
+    assert fn["Properties"]["Timeout"] >= json.loads(env["PLACEMENT"])["wait_seconds"] + block_lifecycle.RESERVE_SECONDS
 
 
 def test_lifecycle_role_maps_to_the_kubernetes_group_with_no_access_policy(kit):
@@ -654,6 +890,10 @@ def test_cluster_security_group_admits_the_function_on_443_only(kit):
     assert not any("BlockLifecycle" in json.dumps(r) for r in cluster.values()), "nothing in the cluster stack refers back"
 
 
+# What the lifecycle function imports: the placement choice runs in it, so placement.py and topology.py ship too.
+SHIPPED = ("reservation.py", "topology.py", "placement.py", "functions/kube_api.py", "functions/block_lifecycle.py")
+
+
 def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
     import shutil
     import subprocess
@@ -662,10 +902,13 @@ def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
     from pdkit import profile_files
 
     root = profile_files.ROOT / "pdkit"
-    for module in ("__init__.py", "functions/__init__.py", "reservation.py", "functions/kube_api.py", "functions/block_lifecycle.py"):
+    for module in (*SHIPPED, "__init__.py", "functions/__init__.py"):
         (tmp_path / "pdkit" / module).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / module, tmp_path / "pdkit" / module)
-    code = "import sys, pdkit.functions.block_lifecycle; assert 'yaml' not in sys.modules and 'pydantic' not in sys.modules"
+    code = (
+        "import sys, pdkit.functions.block_lifecycle; "
+        "assert not {'yaml', 'pydantic', 'pdkit.plan'} & set(sys.modules), sorted(m for m in sys.modules if m.startswith('pdkit'))"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=True)
 
 
@@ -675,7 +918,7 @@ def test_the_deployed_lifecycle_asset_holds_its_own_modules(kit):
     _, fn = _lifecycle(kit)
     asset = Path(kit.assembly.directory) / ("asset." + fn["Properties"]["Code"]["S3Key"].removesuffix(".zip"))
     files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
-    assert {"pdkit/functions/block_lifecycle.py", "pdkit/functions/kube_api.py", "pdkit/reservation.py"} <= files
+    assert {f"pdkit/{module}" for module in SHIPPED} <= files
 
 
 # --- the DisaggregatedSet patch -------------------------------------------------------------------------

@@ -141,3 +141,56 @@ def test_make_deploy_passes_yes_through():
     assert recipe
     check = next(line for line in recipe[1].splitlines() if "pdkit deploy-check" in line)
     assert "$(if $(YES),--yes)" in check
+
+
+def _switch_to_literal(aws: Any, bought: Kit, output: str) -> None:
+    """The deployed stack bought its block (GetTemplate: the purchase template; DescribeStacks: its ReservationId output),
+    and the new profile names a literal id (the default kit's launch template holds capacity.reservation_id)."""
+    aws("cloudformation").add_response(
+        "get_template", {"TemplateBody": json.dumps(bought.template_json("capacity"))}, {"StackName": STACK, "TemplateStage": "Original"}
+    )
+    aws("cloudformation").add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": STACK,
+                    "CreationTime": START,
+                    "StackStatus": "UPDATE_COMPLETE",
+                    "Outputs": [{"OutputKey": "ReservationId", "OutputValue": output}],
+                }
+            ]
+        },
+        {"StackName": STACK},
+    )
+    for role in ("decode", "prefill"):
+        aws("eks").add_response(
+            "describe_nodegroup",
+            {"nodegroup": {"nodegroupName": f"glm51-2p2d-{role}", "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 2}}},
+            {"clusterName": "glm51-2p2d", "nodegroupName": f"glm51-2p2d-{role}"},
+        )
+
+
+def test_switching_a_bought_block_to_its_literal_id_names_the_safe_path(aws, bought, kit, capsys):
+    """From Fn::GetAtt(purchase, ReservationId) to the literal id the deployed stack's ReservationId output holds: the
+    same block, and deploy-check says so. It still counts as a new launch template version: AWS::EC2::LaunchTemplate
+    makes a new version on an update of LaunchTemplateData, and the CloudFormation User Guide documents no rule that
+    a changed property expression resolving to the same value skips the update
+    (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ec2-launchtemplate.html)."""
+    _switch_to_literal(aws, bought, PLACEHOLDER_RESERVATION)
+    aws("ssm")
+    assert main(["deploy-check", "--cdk-out", str(Path(kit.assembly.directory))]) == 2
+    err = capsys.readouterr().err
+    assert f"names the bought block {PLACEHOLDER_RESERVATION} by its literal id instead of the purchase resource's attribute" in err
+    assert '"From a bought block to capacity.reservation_id"' in err
+    assert "Fix: pdkit nodes down && make deploy && pdkit nodes up" in err
+
+
+def test_a_literal_id_of_another_block_is_an_ordinary_change(aws, bought, kit, capsys):
+    """Only the id the stack bought is the same block; any other literal is a new target for the node groups."""
+    _switch_to_literal(aws, bought, "cr-0ffffffffffffffff")
+    aws("ssm")
+    assert main(["deploy-check", "--cdk-out", str(Path(kit.assembly.directory))]) == 2
+    err = capsys.readouterr().err
+    assert "gets a new version (CapacityReservationSpecification changed)" in err
+    assert "names the bought block" not in err

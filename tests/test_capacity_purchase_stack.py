@@ -93,6 +93,16 @@ def test_every_consumer_reads_the_id_from_the_purchase_resource(bought):
         assert PLACEHOLDER_RESERVATION not in json.dumps(bought.template_json(name)), name
 
 
+def test_the_guard_waits_only_for_a_bought_id(bought, kit):
+    """EC2 may answer NotFound for a block bought moments ago (eventual consistency:
+    https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html), so the guard beside the purchase
+    resource is told the id comes from it; with a hand-entered id the property is absent and an unknown id is refused at once."""
+    (with_purchase,) = _of_type(bought.template_json("capacity"), "Custom::CapacityBlockGuard").values()
+    assert with_purchase["Properties"]["ReservationFrom"] == "purchase"
+    (by_hand,) = _of_type(kit.template_json("capacity"), "Custom::CapacityBlockGuard").values()
+    assert "ReservationFrom" not in by_hand["Properties"]
+
+
 def test_lambda_never_retries_the_purchase_invocation(bought):
     """Lambda retries a failed asynchronous invocation twice unless MaximumRetryAttempts is 0
     (AWS::Lambda::EventInvokeConfig; Lambda developer guide, asynchronous invocation error handling)."""

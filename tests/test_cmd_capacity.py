@@ -470,3 +470,57 @@ def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys
     from pdkit import aws_clients
 
     assert ("ec2", {"patience": aws_clients.PURCHASE}) in aws.options
+
+
+# --- a block bought by `make deploy` (capacity.purchase) -------------------------------------------
+
+CAPACITY_STACK = "glm51-2p2d-capacity"
+
+
+def purchase_profile(tmp_path) -> str:
+    return profile(tmp_path, capacity__purchase={"offering_id": "cb-0123456789abcdef0", "confirm_upfront_fee_usd": FEE})
+
+
+def stub_capacity_stack(aws, *, outputs: list[dict[str, str]] | None = None, exists: bool = True) -> None:
+    """DescribeStacks by name (cloudformation API model): Outputs once the stack is complete; a ValidationError
+    "Stack with id NAME does not exist" when there is no such stack."""
+    if not exists:
+        aws("cloudformation").add_client_error(
+            "describe_stacks",
+            "ValidationError",
+            f"Stack with id {CAPACITY_STACK} does not exist",
+            400,
+            expected_params={"StackName": CAPACITY_STACK},
+        )
+        return
+    stack = {"StackName": CAPACITY_STACK, "CreationTime": NOW, "StackStatus": "CREATE_COMPLETE"}
+    aws("cloudformation").add_response(
+        "describe_stacks", {"Stacks": [stack | ({"Outputs": outputs} if outputs is not None else {})]}, {"StackName": CAPACITY_STACK}
+    )
+
+
+def test_status_of_a_bought_block_reads_its_id_from_the_capacity_stack(aws, tmp_path, capsys):
+    """With capacity.purchase the profile keeps the placeholder; the block is the capacity stack's ReservationId output
+    (stacks/capacity_stack.py), the id every resource of the stack uses."""
+    stub_capacity_stack(
+        aws, outputs=[{"OutputKey": "GpuLaunchTemplateId", "OutputValue": "lt-0"}, {"OutputKey": "ReservationId", "OutputValue": CR}]
+    )
+    stub_reservation(aws, State="scheduled", StartDate=NOW + timedelta(hours=5), CapacityBlockId=None)
+    aws("ec2").add_response("describe_instances", instances_page())
+    assert main(["capacity", "status", "--profile", purchase_profile(tmp_path), "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reservation"]["id"] == CR
+
+
+@pytest.mark.parametrize(
+    "stack", [{"exists": False}, {"outputs": None}, {"outputs": [{"OutputKey": "GpuLaunchTemplateId", "OutputValue": "lt-0"}]}]
+)
+@pytest.mark.parametrize("command", [["capacity", "status"], ["capacity", "extend"], ["nodes", "up"]])
+def test_before_the_purchase_commands_say_make_deploy_buys_it(aws, tmp_path, capsys, stack, command):
+    """Stack absent, or present without the ReservationId output (before its first complete deploy): one line, the
+    next step, and no EC2 call on the placeholder."""
+    stub_capacity_stack(aws, **stack)
+    assert main([*command, "--profile", purchase_profile(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Capacity Block not bought yet: `make deploy` buys it" in err
+    assert "Traceback" not in err
+    assert [service for service, *_ in aws.requested] == ["cloudformation"]

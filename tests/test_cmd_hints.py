@@ -158,7 +158,6 @@ def test_nodes_up(aws, where, capsys):
     assert main(["nodes", "up", "--no-serving", *where]) == 0
     out = capsys.readouterr().out
     assert printed_command(out, "Next:", where)[1:2] == ["status"]
-    assert printed_command(out, "(nodes join Kubernetes),", where)[1:2] == ["topology"]
 
 
 def test_nodes_up_without_waiting(aws, where, capsys):

@@ -339,3 +339,71 @@ def test_kube_scale_404_means_not_deployed_and_403_says_how_to_get_access():
     assert kube.Kube(core=None, apps=None, custom=_custom_api([], 404)).scale_roles("ns", "ds", {"prefill": 1, "decode": 1}) is False
     with pytest.raises(kube.KubeUnreachable, match="refused your identity"):
         kube.Kube(core=None, apps=None, custom=_custom_api([], 403)).scale_roles("ns", "ds", {"prefill": 1, "decode": 1})
+
+
+# --- an on-demand rehearsal has no block to wait for -------------------------------------------------
+
+REHEARSAL = "rehearsal-glm51-fp8-2p2d"
+REHEARSAL_GROUPS = ("rehearsal-glm51-2p2d-prefill", "rehearsal-glm51-2p2d-decode")
+
+
+def test_up_on_an_on_demand_rehearsal_scales_without_a_reservation(aws, order, capsys):
+    """On-demand instances launch as soon as the Auto Scaling group asks (no CapacityReservationSpecification in the
+    rehearsal's launch template, https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-launch-templates.html), so
+    `up` reads no reservation (no ec2 call is stubbed: Stubber fails any) and sizes both groups at once."""
+    for group in REHEARSAL_GROUPS:
+        aws("eks").add_response(
+            "describe_nodegroup",
+            {
+                "nodegroup": {
+                    "nodegroupName": group,
+                    "capacityType": "ON_DEMAND",
+                    "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0},
+                }
+            },
+            {"clusterName": "rehearsal-glm51-2p2d", "nodegroupName": group},
+        )
+        aws("eks").add_response(
+            "update_nodegroup_config",
+            {"update": {"id": f"u-{group}", "status": "InProgress", "type": "ConfigUpdate"}},
+            {
+                "clusterName": "rehearsal-glm51-2p2d",
+                "nodegroupName": group,
+                "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 2},
+            },
+        )
+    for group in REHEARSAL_GROUPS:
+        aws("eks").add_response(
+            "describe_update",
+            {"update": {"id": f"u-{group}", "status": "Successful"}},
+            {"name": "rehearsal-glm51-2p2d", "updateId": f"u-{group}", "nodegroupName": group},
+        )
+    assert main(["nodes", "up", "--no-wait", "--no-serving", "--profile", REHEARSAL]) == 0
+    assert order == ["eks rehearsal-glm51-2p2d-prefill=2", "eks rehearsal-glm51-2p2d-decode=2"]
+    assert "ec2" not in [r[0] for r in aws.requested]
+
+
+def test_down_on_a_rehearsal_says_billing_stops(aws, capsys):
+    """On-demand instances bill per second until they terminate
+    (https://aws.amazon.com/ec2/pricing/on-demand/): the block's "paid upfront" note would be wrong here."""
+    for group in REHEARSAL_GROUPS:
+        aws("eks").add_response(
+            "describe_nodegroup",
+            {"nodegroup": {"nodegroupName": group, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0}}},
+            {"clusterName": "rehearsal-glm51-2p2d", "nodegroupName": group},
+        )
+        aws("ec2").add_response(
+            "describe_instances",
+            instances_page(),
+            {
+                "Filters": [
+                    {"Name": "tag:eks:cluster-name", "Values": ["rehearsal-glm51-2p2d"]},
+                    {"Name": "tag:eks:nodegroup-name", "Values": [group]},
+                    {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "shutting-down"]},
+                ]
+            },
+        )
+    assert main(["nodes", "down", "--no-serving", "--profile", REHEARSAL]) == 0
+    out = capsys.readouterr().out
+    assert "stop billing" in out
+    assert "paid upfront" not in out

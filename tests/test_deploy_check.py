@@ -217,3 +217,24 @@ def test_make_deploy_checks_the_assembly_it_deploys():
     deploy_at = next(i for i, line in enumerate(lines) if " deploy " in line and "deploy-check" not in line)
     assert synth_at < check < deploy_at
     assert "--app cdk.out" in lines[deploy_at]
+
+
+@pytest.fixture(scope="module")
+def rehearsal_kit() -> Kit:
+    return synth("rehearsal-glm51-fp8-2p2d")
+
+
+def test_on_demand_rehearsal_rolls_without_refusal_or_size_lookup(aws, rehearsal_kit, capsys):
+    """The no-rolling-update rule exists because a block has no spare instance; an on-demand node group's update
+    launches its replacements on demand first (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-update-behavior.html),
+    so a launch-template change passes and no node group size is read (no eks response is stubbed)."""
+    stack = "rehearsal-glm51-2p2d-capacity"
+    aws("cloudformation").add_response(
+        "get_template",
+        {"TemplateBody": json.dumps(with_new_launch_template_data(capacity_template(rehearsal_kit)))},
+        {"StackName": stack, "TemplateStage": "Original"},
+    )
+    assert run(aws, rehearsal_kit, "--profile", "rehearsal-glm51-fp8-2p2d") == 0
+    out = capsys.readouterr().out
+    assert "BlockDeviceMappings" in out
+    assert "On-demand node groups roll" in out

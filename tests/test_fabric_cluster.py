@@ -191,3 +191,33 @@ def test_unreachable_api_is_one_line_with_the_fix():
     c = _cluster(Core(error=ConnectionRefusedError("connection refused")))
     with pytest.raises(KubeUnreachable, match="open the SSM access path"):
         c.pods("ns", "j")
+
+
+def test_the_runs_service_account_role_and_binding_go_to_the_real_clients_methods():
+    """The nccl launcher's access objects (manifests.launcher_access) are created and deleted through the
+    kubernetes client's CoreV1Api and RbacAuthorizationV1Api, checked against their real signatures (autospec)."""
+    from unittest import mock
+
+    from kubernetes import client
+
+    from pdkit import plan as plan_mod
+    from pdkit import profile_files
+    from pdkit.fabric import manifests
+
+    profile, path = profile_files.load(None)
+    objs = manifests.launcher_access(plan_mod.build(profile, profile_path=path), "abc123", "ns")
+    core = mock.create_autospec(client.CoreV1Api, instance=True)
+    rbac = mock.create_autospec(client.RbacAuthorizationV1Api, instance=True)
+    c = KubeCluster(Kube(core=core, apps=FakeApps([]), custom=FakeCustom([])), Batch(), rbac)
+    for obj in objs:
+        c.create(obj)
+    for obj in reversed(objs):
+        c.delete(obj)
+    account, role, binding = objs
+    core.create_namespaced_service_account.assert_called_once_with("ns", account)
+    rbac.create_namespaced_role.assert_called_once_with("ns", role)
+    rbac.create_namespaced_role_binding.assert_called_once_with("ns", binding)
+    name = "nccl-launcher-abc123"
+    core.delete_namespaced_service_account.assert_called_once_with(name, "ns")
+    rbac.delete_namespaced_role.assert_called_once_with(name, "ns")
+    rbac.delete_namespaced_role_binding.assert_called_once_with(name, "ns")

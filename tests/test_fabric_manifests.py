@@ -10,7 +10,7 @@ import pytest
 
 from pdkit import plan as plan_mod
 from pdkit import profile_files
-from pdkit.fabric import agent, manifests
+from pdkit.fabric import manifests
 from pdkit.fabric.thresholds import derive
 from pdkit.kube import EFA, GPU
 from pdkit.plan import ROLE_LABEL
@@ -26,7 +26,7 @@ def plan():
 
 @pytest.fixture(scope="module")
 def bundle(plan):
-    return manifests.render(plan, derive(plan), image=IMAGE, run_id="abc123", token="t" * 40)
+    return manifests.render(plan, derive(plan), image=IMAGE, run_id="abc123")
 
 
 def _jobs(bundle):
@@ -57,11 +57,20 @@ def test_a_typo_fails_validation(plan, bundle):
 
 
 def test_phases_and_jobs_of_the_seed_layout(bundle):
-    """2P2D: one EFA job per role (2 pods each), nccl across 4 nodes, UCCL-EP on the decode pair."""
+    """2P2D: one EFA job per role (2 pods each), nccl across 4 nodes, UCCL-EP on the decode pair, Mooncake
+    from one prefill node into one decode node."""
     jobs = _jobs(bundle)
-    assert set(jobs) == {"node-image", "efa-prefill", "efa-decode", "nccl", "uccl-decode-0"}
-    assert [s.phase for s in bundle.jobs] == ["node-image", "efa", "efa", "nccl", "uccl"]
-    assert {k: s.pods for k, s in jobs.items()} == {"node-image": 4, "efa-prefill": 2, "efa-decode": 2, "nccl": 4, "uccl-decode-0": 2}
+    assert set(jobs) == {"node-image", "efa-prefill", "efa-decode", "nccl", "uccl-decode-0", "mooncake-decode", "mooncake-prefill"}
+    assert [s.phase for s in bundle.jobs] == ["node-image", "efa", "efa", "nccl", "uccl", "mooncake", "mooncake"]
+    assert {k: s.pods for k, s in jobs.items()} == {
+        "node-image": 4,
+        "efa-prefill": 2,
+        "efa-decode": 2,
+        "nccl": 4,
+        "uccl-decode-0": 2,
+        "mooncake-decode": 1,
+        "mooncake-prefill": 1,
+    }
     for spec in bundle.jobs:
         s = spec.job["spec"]
         assert s["completionMode"] == "Indexed"
@@ -105,7 +114,8 @@ def test_no_privilege_no_host_access(bundle):
         # A role's checks run with its serving pods' seccomp profile (the node's default unless the
         # profile says RuntimeDefault, tests/test_role_pod.py); the cross-role ones with RuntimeDefault.
         assert pod["securityContext"].get("seccompProfile", {"type": "RuntimeDefault"}) == {"type": "RuntimeDefault"}
-        assert pod["automountServiceAccountToken"] is False
+        # Only the nccl pods carry a token, for kubectl exec (test_only_the_nccl_pods_get_the_launchers_token).
+        assert pod["automountServiceAccountToken"] is (spec.key == "nccl")
         assert not pod.get("hostNetwork")
         assert all("hostPath" not in v for v in pod["volumes"])
 
@@ -175,18 +185,49 @@ def test_pods_get_the_serving_fabric_environment(bundle):
         assert env["FI_EFA_USE_DEVICE_RDMA"] == "1"
 
 
-def test_agent_source_and_token_come_from_the_runs_config_map_and_secret(bundle):
-    cm, secret = bundle.shared
-    assert cm["data"]["agent.py"] == manifests.AGENT_SOURCE.read_text()
-    assert secret["stringData"] == {"token": "t" * 40}
-    env = {e["name"]: e for e in _container(_jobs(bundle)["nccl"])["env"]}
-    assert env[agent.TOKEN_ENV]["valueFrom"]["secretKeyRef"] == {"name": "agent-abc123", "key": "token"}
-    assert "value" not in env[agent.TOKEN_ENV]
+def test_the_launchers_role_reads_and_execs_into_pods_of_the_run_namespace_only(plan, bundle):
+    """kubectl exec GETs the pod, then opens pods/exec (a WebSocket GET that Kubernetes >= 1.35 also
+    authorizes as create); kubectl-rsh.sh lists pods to find a Job index's pod. Nothing else: no
+    ClusterRole, no secrets, no writes (https://kubernetes.io/docs/reference/access-authn-authz/rbac/)."""
+    account, role, binding = bundle.shared
+    ns = f"{plan.name}-validation"
+    assert [o["kind"] for o in bundle.shared] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert {o["metadata"]["namespace"] for o in bundle.shared} == {ns}
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
+    ]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": ns}]
+    assert account["automountServiceAccountToken"] is False  # only the pods that ask for it get the token
 
 
-def test_render_without_token_uses_a_placeholder(plan):
-    b = manifests.render(plan, derive(plan), image=IMAGE, run_id="r")
-    assert b.shared[1]["stringData"]["token"] == manifests.TOKEN_PLACEHOLDER
+def test_only_the_nccl_pods_get_the_launchers_token(bundle):
+    for spec in bundle.jobs:
+        pod = _pod(spec)
+        if spec.key == "nccl":
+            assert pod["serviceAccountName"] == "nccl-launcher-abc123"
+            assert pod["automountServiceAccountToken"] is True
+        else:
+            assert "serviceAccountName" not in pod
+            assert pod["automountServiceAccountToken"] is False
+
+
+def test_no_home_made_remote_exec_is_left(bundle):
+    """Issue 20: mpirun reaches the pods through kubectl exec, not a kit socket protocol."""
+    import ast
+    from pathlib import Path
+
+    fabric = Path(manifests.__file__).parent
+    assert not (fabric / "agent.py").exists()
+    for module in fabric.glob("*.py"):
+        tree = ast.parse(module.read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not imported & {"socket", "socketserver", "pdkit.fabric.agent"}, module.name
+    kinds = {o["kind"] for o in bundle.objects()}
+    assert not kinds & {"ConfigMap", "Secret"}
+    assert all("ports" not in s.service["spec"] for s in bundle.jobs if s.key in ("nccl", "node-image"))
 
 
 def test_efa_script_pairs_even_and_odd_pods():
@@ -198,24 +239,27 @@ def test_efa_script_pairs_even_and_odd_pods():
     assert "fi_info -p efa -t FI_EP_RDM" in script
 
 
-def test_mpirun_runs_every_gpu_through_the_agent():
+def test_mpirun_runs_every_gpu_through_kubectl_exec():
     argv = manifests.mpirun_argv(job="nccl-x", pods=4, gpus_per_node=8, test="alltoall_perf")
     assert argv[argv.index("-np") + 1] == "32"
     assert argv[argv.index("-N") + 1] == "8"
     assert argv[argv.index("--host") + 1] == "nccl-x-0:8,nccl-x-1.nccl-x:8,nccl-x-2.nccl-x:8,nccl-x-3.nccl-x:8"
-    assert "python3 /opt/pdkit/agent.py rsh" in argv
+    assert argv[argv.index("plm_rsh_agent") + 1] == "kubectl-rsh.sh"
     tail = ["alltoall_perf", "-b", "8", "-e", "16G", "-f", "2", "-g", "1", "-J", "/dev/shm/alltoall_perf.json"]
     assert argv[argv.index("alltoall_perf") :] == tail
 
 
-def test_nccl_script_runs_both_tests_and_stops_the_agents(bundle):
+def test_nccl_script_runs_both_tests_and_releases_the_workers(bundle):
     script = _container(_jobs(bundle)["nccl"])["command"][2]
     assert script.count("pdkit-begin test=") == 2
     assert script.count("pdkit-begin json=") == 2  # nccl-tests' -J document, preferred by the checks
     assert "all_reduce_perf" in script
     assert "alltoall_perf" in script
-    assert "agent.py serve" in script
-    assert "agent.py stop nccl-abc123-1.nccl-abc123 nccl-abc123-2.nccl-abc123 nccl-abc123-3.nccl-abc123" in script
+    assert "agent.py" not in script
+    workers = "nccl-abc123-1.nccl-abc123 nccl-abc123-2.nccl-abc123 nccl-abc123-3.nccl-abc123"
+    assert f'for host in {workers}; do kubectl-rsh.sh "$host" touch {manifests.WORKER_DONE_FILE}; done' in script
+    assert script.rstrip().endswith("release\nexit 0")
+    assert f"while [ ! -e {manifests.WORKER_DONE_FILE} ]" in script
 
 
 def test_uccl_runs_the_decode_shape_of_the_model(plan, bundle):

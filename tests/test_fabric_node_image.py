@@ -36,7 +36,7 @@ def custom():
 
 
 def _spec(plan):
-    bundle = manifests.render(plan, derive(plan), image=IMAGE, run_id="abc123", token="t" * 40)
+    bundle = manifests.render(plan, derive(plan), image=IMAGE, run_id="abc123")
     return bundle, next(s for s in bundle.jobs if s.key == "node-image")
 
 
@@ -213,7 +213,6 @@ def test_run_creates_the_extra_namespace_and_runs_node_image_first(custom):
         phases=("node-image",),
         waiting=lambda _p: fakes.waiting(clock),
         run_id="abc123",
-        token="t" * 40,
     )
     assert [o["metadata"]["name"] for o in cluster.created if o["kind"] == "Namespace"] == [
         f"{custom.name}-validation",

@@ -23,8 +23,10 @@ GOOD_LOGS = {
     "node-image": dict.fromkeys(range(4), fixture("node-image-eks.log")),
     "efa-prefill": {0: fixture("efa-ok-0.log"), 1: fixture("efa-ok-1.log")},
     "efa-decode": {0: fixture("efa-ok-0.log"), 1: fixture("efa-ok-1.log")},
-    "nccl": {0: fixture("nccl-efa.log"), 1: "agent: stop requested", 2: "", 3: ""},
+    "nccl": {0: fixture("nccl-efa.log"), 1: "pdkit-worker index=1 node=n1", 2: "", 3: ""},
     "uccl-decode-0": {0: fixture("uccl-ok-0.log"), 1: fixture("uccl-ok-1.log")},
+    "mooncake-decode": {0: fixture("mooncake-ok-target.log")},
+    "mooncake-prefill": {0: fixture("mooncake-ok-initiator.log")},
 }
 
 
@@ -36,7 +38,7 @@ def plan():
 
 def _run(plan, cluster, clock=None, **kw):
     clock = clock or Clock()
-    return validate.run(plan, cluster, image=IMAGE, waiting=lambda _phase: fakes.waiting(clock), run_id="abc123", token="t" * 40, **kw)
+    return validate.run(plan, cluster, image=IMAGE, waiting=lambda _phase: fakes.waiting(clock), run_id="abc123", **kw)
 
 
 def test_all_phases_pass_and_everything_is_cleaned_up(plan):
@@ -44,12 +46,24 @@ def test_all_phases_pass_and_everything_is_cleaned_up(plan):
     outcome = _run(plan, cluster)
     assert outcome.ok, [c for c in outcome.checks if c.status != "PASS"]
     jobs = [o["metadata"]["name"] for o in cluster.created if o["kind"] == "Job"]
-    assert jobs == ["node-image-abc123", "efa-prefill-abc123", "efa-decode-abc123", "nccl-abc123", "uccl-decode-0-abc123"]
+    assert jobs == [
+        "node-image-abc123",
+        "efa-prefill-abc123",
+        "efa-decode-abc123",
+        "nccl-abc123",
+        "uccl-decode-0-abc123",
+        "mooncake-decode-abc123",
+        "mooncake-prefill-abc123",
+    ]
     # Everything but the namespace is deleted again.
     created = {(o["kind"], o["metadata"]["name"]) for o in cluster.created if o["kind"] != "Namespace"}
     deleted = {(o["kind"], o["metadata"]["name"]) for o in cluster.deleted}
     assert created == deleted
-    assert ("Secret", "agent-abc123") in deleted
+    assert {
+        ("ServiceAccount", "nccl-launcher-abc123"),
+        ("Role", "nccl-launcher-abc123"),
+        ("RoleBinding", "nccl-launcher-abc123"),
+    } <= deleted
 
 
 def test_the_cli_runs_the_decode_check_in_the_serving_image_and_records_it(monkeypatch, tmp_path):
@@ -176,7 +190,7 @@ def test_default_image_is_the_plans_validation_image(plan):
 def test_cli_render_needs_no_cluster(capsys, plan):
     assert fakes.main(["validate", "--render", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in docs][:3] == ["Namespace", "ConfigMap", "Secret"]
+    assert [d["kind"] for d in docs][:4] == ["Namespace", "ServiceAccount", "Role", "RoleBinding"]
     for doc in docs:
         kubernetes_validate.validate(doc, f"{plan.kubernetes_version}.0", strict=True)
 

@@ -152,14 +152,26 @@ SERVING = {
 }
 
 
+PLACEMENT = {"role_label": "pdkit/role", "nodes": {"prefill": 2, "decode": 2}, "wait_seconds": 720}
+INSTANCES = {"i-0d1": "decode", "i-0d2": "decode", "i-0p1": "prefill", "i-0p2": "prefill"}
+
+
 class Kube:
-    """A Kubernetes API where the DisaggregatedSet exists and pods go at once; records the calls."""
+    """A Kubernetes API where the DisaggregatedSet exists, the four GPU nodes have joined and pods go at once;
+    records the calls."""
 
     def __init__(self):
         self.calls = []
 
     def __call__(self):
         return self
+
+    def nodes(self, selector):
+        self.calls.append(("nodes", selector))
+        return [{"name": f"ip-{i}", "labels": {"pdkit/role": role}, "instance_id": i} for i, role in INSTANCES.items()]
+
+    def label_node(self, name, labels):
+        self.calls.append(("label", name, labels))
 
     def scale_roles(self, namespace, name, replicas):
         self.calls.append(("scale", namespace, name, replicas))
@@ -180,6 +192,7 @@ def env(monkeypatch):
         "TOPIC_ARN": "arn:aws:sns:eu-south-2:123456789012:t",
         "SERVING": json.dumps(SERVING),
         "DRAIN_WAIT_SECONDS": "600",
+        "PLACEMENT": json.dumps(PLACEMENT),
     }.items():
         monkeypatch.setenv(key, value)
 
@@ -213,6 +226,13 @@ class Clients:
             "describe_capacity_reservations", {"CapacityReservations": [_reservation(**overrides)]}, {"CapacityReservationIds": [RID]}
         )
 
+    def topology(self):
+        """Every decode-group node under its own bottom network node, each beside a prefill-group node."""
+        instances = [
+            {"InstanceId": i, "InstanceType": "p5en.48xlarge", "NetworkNodes": ["nn-1", f"nn-2{i[-1]}", f"nn-3{i[-1]}"]} for i in INSTANCES
+        ]
+        self.stubs["ec2"].add_response("describe_instance_topology", {"Instances": instances}, {"InstanceIds": list(INSTANCES)})
+
     def notified(self):
         self.stubs["sns"].add_response("publish", {"MessageId": "m"}, {"TopicArn": ANY, "Subject": ANY, "Message": ANY})
 
@@ -233,9 +253,18 @@ def _no_sleep(seconds):
 def test_delivered_scales_every_role_to_its_plan_size(env, spelling):
     c = Clients()
     c.nodegroups(current=0, target=2)
+    c.topology()
     c.notified()
-    assert c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}}) == {"action": "scale-up", "serving": "restored"}
-    assert c.kube.calls == [("scale", "ns", "ds", {"prefill": 1, "decode": 1})]
+    result = c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}})
+    assert result == {"action": "scale-up", "placement": "placed", "serving": "restored"}
+    assert c.kube.calls[0] == ("nodes", "pdkit/role in (prefill,decode)")
+    assert sorted(call[1:] for call in c.kube.calls if call[0] == "label") == [
+        ("ip-i-0d1", {"pdkit/placed-role": "decode"}),
+        ("ip-i-0d2", {"pdkit/placed-role": "prefill"}),
+        ("ip-i-0p1", {"pdkit/placed-role": "decode"}),
+        ("ip-i-0p2", {"pdkit/placed-role": "prefill"}),
+    ]
+    assert c.kube.calls[-1] == ("scale", "ns", "ds", {"prefill": 1, "decode": 1})
 
 
 @pytest.mark.parametrize("spelling", reservation.EXPIRING)
@@ -352,14 +381,16 @@ def test_two_scale_ups_at_once_converge_and_notify_once(env):
     for name in GROUPS:
         _update(c, name, 2, in_use=True)
         _describe(c, name, 2)
-    assert c.run({"detail-type": reservation.DELIVERED[0]}) == {"action": "scale-up", "serving": "restored"}
+    c.topology()
+    assert c.run({"detail-type": reservation.DELIVERED[0]}) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
 
 
 def test_a_duplicate_delivered_event_after_the_scale_up_is_quiet(env):
     """Groups already at their plan sizes: no update, no second notification; serving is patched to the same replicas."""
     c = Clients()
     c.nodegroups(current=2, target=2)
-    assert c.run({"detail-type": reservation.DELIVERED[1]}) == {"action": "scale-up", "serving": "restored"}
+    c.topology()
+    assert c.run({"detail-type": reservation.DELIVERED[1]}) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
 
 
 def test_a_refused_update_that_did_not_converge_is_raised_for_lambdas_retry(env):

@@ -78,3 +78,14 @@ def test_block_inside_the_drain_lead_fails():
 def test_any_efa_drop_fails():
     assert _by_item(status_metrics.headline(PLAN, [_result("efa_drops", 0.2)]))["EFA receive drops/s (all nodes)"].state == "FAIL"
     assert _by_item(status_metrics.headline(PLAN, [_result("efa_drops", 0.0)]))["EFA receive drops/s (all nodes)"].state == "OK"
+
+
+def test_a_rehearsal_asks_for_no_block_clock():
+    """On demand there is no Capacity Reservation: a CapacityReservationId dimension would name the placeholder
+    cr-00000000000000000, a metric nothing publishes, and `status --metrics` would WAIT on it forever."""
+    rehearsal = context.load_plan("rehearsal-glm51-fp8-2p2d")
+    queries = status_metrics.queries(rehearsal)
+    dims = [d["Name"] for q in queries for d in q["MetricStat"]["Metric"]["Dimensions"]]
+    assert "CapacityReservationId" not in dims
+    assert "block minutes left" not in _by_item(status_metrics.headline(rehearsal, []))
+    assert "block minutes left" in _by_item(status_metrics.headline(PLAN, []))

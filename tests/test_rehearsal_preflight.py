@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from pdkit.cli import main
+from pdkit.context import load_plan
 from tests.test_cmd_preflight import PINS, addon_versions, stub_lambda, stub_node_image
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -19,7 +20,20 @@ PROFILE = "rehearsal-glm51-fp8-2p2d"
 NAME = "rehearsal-glm51-2p2d"
 
 
-def stub(aws, quota: float) -> None:
+def stub_block_images(aws, *, missing: str | None = None) -> None:
+    """DescribeImages for every image the rehearsal runs; `missing` answers ImageNotFoundException, as ECR does for a tag
+    it does not hold (https://docs.aws.amazon.com/AmazonECR/latest/APIReference/API_DescribeImages.html)."""
+    for image in load_plan(PROFILE).images.values():
+        params = {"repositoryName": image.repository, "imageIds": [{"imageTag": image.tag}]}
+        if image.name == missing:
+            aws("ecr").add_client_error("describe_images", "ImageNotFoundException", "not found", 400, expected_params=params)
+        else:
+            detail = {"repositoryName": image.repository, "imageTags": [image.tag], "imageDigest": "sha256:" + "0" * 64}
+            aws("ecr").add_response("describe_images", {"imageDetails": [detail]}, params)
+
+
+def stub(aws, quota: float, *, missing: str | None = None) -> None:
+    stub_block_images(aws, missing=missing)
     stub_lambda(aws)
     stub_node_image(aws)
     aws("sts").add_response(
@@ -56,5 +70,18 @@ def test_rehearsal_passes_with_room_in_the_quota(aws, pins, capsys):  # noqa: F8
     main(["preflight", "--profile", PROFILE, "--output", "json"])
     rows = checks(capsys)
     assert rows["GPU vCPU quota"]["status"] == "PASS"
+    assert rows["Block images"]["status"] == "PASS"
     assert "Reservation topology" not in rows
     assert "Interconnect" not in rows
+
+
+def test_rehearsal_fails_without_the_blocks_images_in_the_blocks_region(aws, pins, capsys):  # noqa: F811
+    """The rehearsal builds no image and pulls the block's from the block's registry, so preflight asks the block
+    region's ECR (eu-south-2, not the rehearsal's eu-north-1) for every tag, and a missing one FAILs with the fix."""
+    stub(aws, quota=64.0, missing="router")
+    assert main(["preflight", "--profile", PROFILE, "--output", "json"]) == 1
+    row = checks(capsys)["Block images"]
+    assert row["status"] == "FAIL"
+    assert "glm51-2p2d/router:router-" in row["detail"]
+    assert "make deploy PROFILE=glm51-fp8-2p2d" in row["fix"]
+    assert ("ecr", None, "eu-south-2") in aws.requested

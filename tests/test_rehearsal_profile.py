@@ -203,3 +203,80 @@ def test_mismatch_reaches_the_operator_as_one_line_per_difference(tmp_path, caps
     assert "roles.decode.parallelism.deepep_mode = 'normal'" in lines[1]
     assert all("Fix: use " in line for line in lines)
     assert "Traceback" not in err
+
+
+def test_rehearsal_observability_has_no_block_clock_or_reservation_keyed_alarm(rehearsal_kit, kit):
+    """The block clock reads DescribeCapacityReservations and publishes minutes left per CapacityReservationId
+    (pdkit/functions/block_clock.py); on demand there is no reservation (EC2 launches without a
+    CapacityReservationSpecification), so no widget, alarm or metric query may name one: it would only show
+    no data, and the healthy-replica gate reading it would never open. The stack still synthesizes, with the
+    serving metrics, dashboards and alarms; the block profile keeps all of the clock."""
+    import json
+
+    body = json.dumps(rehearsal_kit.template_json("observability"))
+    assert "CapacityReservationId" not in body
+    assert "MinutesLeft" not in body
+    alarms = {a["Properties"]["AlarmName"] for a in _resources(rehearsal_kit, "observability", "AWS::CloudWatch::Alarm").values()}
+    assert "rehearsal-glm51-2p2d-block-ending" not in alarms
+    assert "rehearsal-glm51-2p2d-block-clock-failing" not in alarms
+    assert {"rehearsal-glm51-2p2d-no-healthy-prefill", "rehearsal-glm51-2p2d-no-healthy-decode"} <= alarms
+    assert len(_resources(rehearsal_kit, "observability", "AWS::CloudWatch::Dashboard")) == 2
+    block = json.dumps(kit.template_json("observability"))
+    assert "CapacityReservationId" in block
+    assert "MinutesLeft" in block
+
+
+def test_rehearsal_healthy_replica_alarm_waits_the_grace_without_a_clock(rehearsal_kit):
+    """Without a block clock the alarm reads HealthyWorkers alone and waits the plan's grace (nodes joining,
+    staging, start-up budget) as consecutive 1-minute periods; CloudWatch allows EvaluationPeriods x Period up
+    to one day (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html)."""
+    from pdkit.observability.alarms import serving_grace_minutes
+
+    grace = serving_grace_minutes(rehearsal_kit.plan)
+    (alarm,) = [
+        a["Properties"]
+        for a in _resources(rehearsal_kit, "observability", "AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["AlarmName"].endswith("-no-healthy-decode")
+    ]
+    assert [m["MetricStat"]["Metric"]["MetricName"] for m in alarm["Metrics"]] == ["HealthyWorkers"]
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == grace
+    assert grace * 60 <= 86400
+
+
+def test_rehearsal_builds_no_image_and_runs_the_blocks(rehearsal_kit, kit):
+    """p5.4xlarge is not offered in the block's region, so the rehearsal deploys in another one; "the same
+    images" then means the block's ECR images, pulled across regions, not a second build that could differ.
+    The images stack stays (every stack synthesizes) but creates no repository, CodeBuild project or build,
+    and every image the serving stack names is <account>.dkr.ecr.<block region>.amazonaws.com/<block repo>:<tag>,
+    byte-for-byte the block plan's own reference."""
+    import json
+
+    images = rehearsal_kit.template_json("images")
+    kinds = {r["Type"] for r in images["Resources"].values()}
+    assert not kinds & {"AWS::CodeBuild::Project", "AWS::ECR::Repository", "Custom::ImageBuild", "AWS::KMS::Key"}
+    outputs = json.dumps(images["Outputs"])
+    serving = json.dumps(rehearsal_kit.template_json("serving"))
+    block_plan, plan = kit.plan, rehearsal_kit.plan
+    assert plan.region != block_plan.region
+    assert set(plan.images) == set(block_plan.images)
+    for name, image in plan.images.items():
+        # Tags are content hashes of containers/ (equal to the block's: rehearsal_rules.check), repositories the block's.
+        assert image.repository == block_plan.images[name].repository
+        assert f".dkr.ecr.{block_plan.region}.amazonaws.com/{image.repository}:{image.tag}" in outputs, name
+    assert f".dkr.ecr.{block_plan.region}." in serving
+    assert f".dkr.ecr.{plan.region}." not in serving
+    assert f"{plan.name}/sglang" not in serving
+    # The block still builds its own.
+    assert _resources(kit, "images", "AWS::CodeBuild::Project")
+    # Node ECR read is AmazonEC2ContainerRegistryReadOnly, Resource "*" (every repository in every region,
+    # https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonEC2ContainerRegistryReadOnly.html):
+    # the GPU nodes need no extra grant for the block region's repositories.
+    assert "AmazonEC2ContainerRegistryReadOnly" in json.dumps(_resources(rehearsal_kit, "capacity", "AWS::IAM::Role"))
+
+
+def test_a_rehearsal_in_another_account_is_refused():
+    """The block's registry lives in the block's account; a rehearsal elsewhere could not pull its images."""
+    raw = _raw(REHEARSAL)
+    _set(raw, "aws.account", "111122223333")
+    with pytest.raises(RehearsalMismatch, match=r"aws\.account"):
+        _build(raw)

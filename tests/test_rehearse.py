@@ -49,6 +49,22 @@ def test_estimate_is_gpu_price_times_count_times_hours_plus_cluster_and_nat(pric
     assert est.as_of == table["as_of"]
 
 
+def test_an_unconfirmed_price_says_so_on_its_line(tmp_path: Path, priced_plan: Any) -> None:
+    """A price no source confirmed is listed under `unconfirmed` in pdkit/data/prices.yaml and the estimate marks
+    its line; a confirmed one (us-east-1 on-demand: the AWS Price List API as Karpenter's generated table has it,
+    2026-07-20) carries no mark. Every listed key names a number the file really holds."""
+    table = rehearsal.prices()
+    for key in table["unconfirmed"]:
+        section, entry = key.split(".", 1)  # <section>.<entry>: a region's row or one kept price
+        assert entry in table[section], key
+    confirmed = rehearsal.estimate(priced_plan, hours=1)
+    assert not any(rehearsal.UNCONFIRMED in line.what for line in confirmed.lines)
+    ohio = load_plan(profile(tmp_path, aws__region="us-east-2", aws__availability_zone="us-east-2a"))
+    gpu_line = rehearsal.estimate(ohio, hours=1).lines[0]
+    assert gpu_line.what.endswith(f", {rehearsal.UNCONFIRMED})")
+    assert "kept_usd_per_month.s3_gb" in table["unconfirmed"]  # no source found for the S3 Standard price
+
+
 def test_estimate_refuses_a_type_without_a_price(priced_plan: Any) -> None:
     """A missing price is one line naming the type, the region and the fix, not a KeyError."""
     plan = priced_plan

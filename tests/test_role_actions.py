@@ -71,6 +71,8 @@ BOTO3_ACTIONS: dict[tuple[str, str], str] = {
     ("ec2", "describe_capacity_reservations"): "ec2:DescribeCapacityReservations",
     ("ec2", "describe_capacity_block_offerings"): "ec2:DescribeCapacityBlockOfferings",
     ("ec2", "purchase_capacity_block"): "ec2:PurchaseCapacityBlock",
+    # EC2 User Guide, instance topology prerequisites (IAM permissions); list_amazonec2.html names no resource type for it.
+    ("ec2", "describe_instance_topology"): "ec2:DescribeInstanceTopology",
     ("eks", "describe_nodegroup"): "eks:DescribeNodegroup",
     ("eks", "update_nodegroup_config"): "eks:UpdateNodegroupConfig",
     ("sns", "publish"): "sns:Publish",

@@ -368,7 +368,9 @@ def test_only_the_router_mounts_a_kubernetes_token_and_may_only_read_pods(objs, 
     role = one(objs, "Role", binding["roleRef"]["name"])
     assert role["metadata"]["namespace"] == names.namespace(seed)
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    assert not of_kind(objs, "ClusterRole")
+    # The one ClusterRole lets the block lifecycle label Nodes (tests/test_block_drain.py); nothing binds the router to it.
+    for cluster_binding in of_kind(objs, "ClusterRoleBinding"):
+        assert cluster_binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "pdkit:block-lifecycle"}]
 
 
 # --- placement and probes -------------------------------------------------------------------------

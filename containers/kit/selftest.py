@@ -42,6 +42,9 @@ OFI_NCCL_PLUGIN = OFI_NCCL_LIB_DIR / "libnccl-net-ofi.so"
 NCCL_TESTS_DIR = Path("/opt/nccl-tests/bin")
 FABTESTS_DIR = Path("/opt/fabtests/bin")
 UCCL_EP_BENCH_DIR = Path("/opt/uccl-ep/bench")
+# mpirun's rsh agent in the nccl phase (pdkit/fabric/manifests.py): kubectl exec through this script.
+KUBECTL = Path("/usr/local/bin/kubectl")
+KUBECTL_RSH = Path("/opt/kit/bin/kubectl-rsh.sh")
 
 # serving: the sglang-efa image (UCCL-EP as deep_ep); serving-deepep: the sglang-deepep image (upstream DeepEP).
 PROFILES = ("serving", "serving-deepep", "validation")
@@ -66,6 +69,7 @@ EXPECTED_FROM_BUILD_ARGS = {
     "BOTO3_VERSION": "boto3",
     "SGL_DEEP_EP_VERSION": "sgl_deep_ep",
     "NCCL_TESTS_COMMIT": "nccl_tests_commit",
+    "KUBECTL_VERSION": "kubectl",
 }
 # Libraries a GPU-less build cannot resolve and a GPU pod gets anyway: the driver's (injected by the
 # NVIDIA container toolkit) and the CUDA runtime, which torch loads from its wheels before these libraries.
@@ -548,6 +552,19 @@ def check_uccl_ep_bench(system: System, expected: Mapping[str, str]) -> Result:
     return Result(name, PASS, str(UCCL_EP_BENCH_DIR))
 
 
+def check_kubectl_rsh(system: System, expected: Mapping[str, str]) -> Result:
+    """kubectl at the pinned version and kubectl-rsh.sh, which mpirun uses to start its daemons in the other pods."""
+    name = "kubectl exec rsh agent"
+    problems = [f"{path} is missing" for path in (KUBECTL, KUBECTL_RSH) if not system.exists(path)]
+    if not problems:
+        out = system.run([KUBECTL.as_posix(), "version", "--client"])
+        if f"Client Version: {expected['kubectl']}" not in out.splitlines():
+            problems.append(
+                f"kubectl reports {out.strip().splitlines()[0] if out.strip() else 'nothing'}; versions.yaml pins {expected['kubectl']}"
+            )
+    return _result(name, problems, f"{KUBECTL} {expected['kubectl']}, {KUBECTL_RSH}")
+
+
 Check = Callable[[System, Mapping[str, str]], Result]
 
 CHECKS: dict[str, list[Check]] = {
@@ -590,6 +607,7 @@ CHECKS: dict[str, list[Check]] = {
         check_nccl_tests,
         check_fabtests,
         check_uccl_ep_bench,
+        check_kubectl_rsh,
     ],
 }
 REQUIRED_KEYS = {
@@ -641,6 +659,7 @@ REQUIRED_KEYS = {
         "nccl",
         "uccl_commit",
         "nccl_tests_commit",
+        "kubectl",
     },
 }
 

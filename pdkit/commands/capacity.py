@@ -215,10 +215,10 @@ def run_status(args: argparse.Namespace) -> int:
     from pdkit.context import in_context, load_plan, pdkit_command
 
     plan = load_plan(args.profile)
-    cr = capacity.require_reservation(plan)
     aws = Aws.for_args(args, plan)
     now = capacity.now()
     with aws_errors.translated(region=aws.region):
+        cr = capacity.require_reservation(capacity.with_bought_block(plan, aws))
         res = capacity.describe_reservation(aws.ec2, cr)
         link = capacity.interconnect_status(aws.ec2, res.capacity_block_id) if res.capacity_block_id else None
         instances = capacity.instances_in_reservation(aws.ec2, cr)
@@ -264,10 +264,10 @@ def run_extend(args: argparse.Namespace) -> int:
     from pdkit.errors import KitError
 
     plan = load_plan(args.profile)
-    cr = capacity.require_reservation(plan)
     hours = capacity.check_hours(args.hours)
     aws = Aws.for_args(args, plan)
     with aws_errors.translated(region=aws.region):
+        cr = capacity.require_reservation(capacity.with_bought_block(plan, aws))
         res = capacity.describe_reservation(aws.ec2, cr)
         res.require_extensible(capacity.now())
         offers = capacity.find_extension_offerings(aws.ec2, cr, hours)

@@ -40,6 +40,12 @@ def run(args: argparse.Namespace) -> int:
         )
     if verdict is None:
         console.say(f"deploy check: {stack} is not deployed yet; its node groups are created at desired 0, nothing can roll.")
+    elif verdict.on_demand:
+        what = "; ".join(verdict.changes) or "no GPU launch template or node group change"
+        console.say(
+            f"deploy check: {what}. On-demand node groups roll as EKS always does, replacements launched first, "
+            "so nothing is refused (the rule guards a Capacity Block, which has no spare instance)."
+        )
     elif verdict.refused:
         raise deploy_check.refusal(verdict, profile_ref=args.profile)
     elif verdict.changes:

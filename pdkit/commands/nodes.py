@@ -9,8 +9,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser("nodes", help="scale the GPU node groups: up to the plan's sizes, or down to 0")
     actions = p.add_subparsers(dest="nodes_command", metavar="ACTION", required=True)
     for name, text in (
-        ("up", "scale each GPU node group to the plan's node count (refused unless the block is active)"),
-        ("down", "scale the GPU node groups to 0 (the block stays paid until its end)"),
+        ("up", "scale each GPU node group to the plan's node count (on a block: refused unless it is active)"),
+        ("down", "scale the GPU node groups to 0 (a block stays paid until its end; on-demand billing stops)"),
     ):
         a = actions.add_parser(name, parents=[common], help=text)
         a.add_argument("--no-wait", action="store_true", help="return after EKS accepted the new sizes")
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     polls = max(1, int(args.timeout * 60 / nodes.POLL_SECONDS))
     verb = "up" if args.up else "down"
     with aws_errors.translated(region=aws.region):
-        if args.up:
-            reservation_id = capacity.require_reservation(plan)
+        if args.up and nodes.needs_block(plan):
+            reservation_id = capacity.require_reservation(capacity.with_bought_block(plan, aws))
             res = capacity.describe_reservation(aws.ec2, reservation_id)
             nodes.require_block_for_up(res, now=capacity.now(), drain_minutes=plan.drain_lead_minutes)
         targets = {name: nodes.target(role, up=args.up) for name, role in plan.roles.items()}
@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
                 task = bar.add_task(f"{plan.roles[name].node_group_name}: EKS applies the new size", total=1)
                 nodes.wait_update(aws.eks, plan, plan.roles[name], update_id, polls=polls)
                 bar.update(task, completed=1)
-        if args.up and not args.no_serving:
-            # Pods pend until the nodes join; restoring now means serving starts as soon as they do.
+        if args.up and not args.no_serving and args.no_wait:
+            # No wait, so no placement: pods pend until the nodes join and prefer their node group's role.
             for line in nodes.scale_serving(plan, lambda: kube.connect(args.kube_context), up=True):
                 console.say(line)
         if args.no_wait:
@@ -90,24 +90,28 @@ def run(args: argparse.Namespace) -> int:
                         args,
                         f"after {args.timeout:g} min the node groups have not reached their sizes ({detail}). "
                         "Fix: if it is InsufficientInstanceCapacity with a placement group, set capacity.placement_group: none and follow "
-                        "runbooks/01-cluster.md (nodes down, make deploy, nodes up); "
-                        "otherwise check the block with `pdkit capacity status`",
+                        "runbooks/01-cluster.md (nodes down, make deploy, nodes up); " + nodes.launch_hint(plan),
                     )
                 ) from None
+        if args.up and not args.no_serving:
+            # Labels first: a pod already scheduled keeps its node, so serving comes back after the placement.
+            for line in nodes.place_nodes(aws.ec2, plan, lambda: kube.connect(args.kube_context), polls=nodes.JOIN_POLLS):
+                console.say(line)
+            for line in nodes.scale_serving(plan, lambda: kube.connect(args.kube_context), up=True):
+                console.say(line)
     if args.up:
         console.say(
             in_context(
                 args,
                 f"GPU node groups are {verb}: {plan.instance_count} instances running. "
-                f"Next: {pdkit_command(args, 'status')} (nodes join Kubernetes), {pdkit_command(args, 'topology --assign')} "
-                "(decode on the closest nodes; run it as soon as the nodes have joined, before the serving pods start)",
+                f"Next: {pdkit_command(args, 'status')} (the nodes' placement and serving start-up)",
             )
         )
     else:
         console.say(
             in_context(
                 args,
-                "GPU node groups are at 0. The block was paid upfront and keeps running until its end; `pdkit nodes up` brings them back.",
+                "GPU node groups are at 0. " + nodes.down_note(plan) + " `pdkit nodes up` brings them back.",
             )
         )
     return 0

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     plan = load_plan(args.profile)
     aws = Aws.for_args(args, plan)
     with aws_errors.translated(region=aws.region):
+        plan = capacity.with_bought_block(plan, aws)  # capacity.purchase: the block the stack bought
         report = status.gather(plan, aws, now=capacity.now(), kube=lambda: kube.connect(args.kube_context))
         if args.metrics:
             status.add_metrics(report, plan, aws, now=capacity.now())

@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
         aws = Aws.for_args(args, plan)
         try:
             with aws_errors.translated(region=aws.region):
+                # With capacity.purchase, the block the capacity stack bought; before that the capture has no block.
+                plan = capacity.with_bought_block(plan, aws)
+                if plan.purchase is not None and plan.reservation_is_placeholder:
+                    console.say(capacity.missing_reservation(plan) or "", stderr=True)
                 fresh = bundles.capture(plan, ec2=aws.ec2, core=kube.connect(args.kube_context).core, now=capacity.now())
         except kube.KubeUnreachable as err:
             console.say(f"Kubernetes: {err}", stderr=True)

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
         "--only",
         metavar="PHASES",
         default=None,
-        help="comma-separated phases to run: node-image, efa, nccl, uccl (default: all, in that order)",
+        help="comma-separated phases to run: node-image, efa, nccl, uccl, mooncake (default: all, in that order)",
     )
     p.add_argument("--image", metavar="URI", help="validation image (default: the plan's <registry>/<name>/validation:<tag>)")
     p.add_argument(
@@ -64,10 +64,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not phases:
         raise KitError(f"--only {args.only!r}: unknown phase(s) {unknown}. Fix: a comma-separated subset of {','.join(manifests.PHASES)}")
     image = args.image or validate.default_image(plan, args.registry)
-    # The checks that stand for a role (UCCL-EP on decode) run in that role's serving image.
+    # The checks that stand for a role (UCCL-EP on decode, Mooncake on both) run in that role's serving image.
     roles = dict.fromkeys(plan.roles, args.serving_image) if args.serving_image else validate.role_images(plan, args.registry)
-    in_role_image = "uccl" in phases and plan.decode.ep_spans_nodes
-    refuse_placeholders(plan, "pdkit validate", ((image, "--registry"), *(((roles["decode"], "--registry"),) if in_role_image else ())))
+    in_role_image = {"decode"} if "uccl" in phases and plan.decode.ep_spans_nodes else set()
+    if "mooncake" in phases and manifests.runs_mooncake(plan):
+        in_role_image |= {"prefill", "decode"}
+    refuse_placeholders(plan, "pdkit validate", ((image, "--registry"), *((roles[r], "--registry") for r in sorted(in_role_image))))
     if args.render:
         bundle = manifests.render(plan, derive(plan), image=image, run_id="render", role_images=roles)
         print(manifests.to_yaml(bundle.objects()), end="")

@@ -95,7 +95,8 @@ def run_import(args: argparse.Namespace) -> int:
         raise KitError("--workers must be at least 1")
     # --render touches no AWS API, so without aws.account the registry and bucket come from the flags.
     account = plan.account or (inputs.PLACEHOLDER_ACCOUNT if args.render else _account(plan, aws))
-    registry = args.registry or f"{account}.dkr.ecr.{aws.region}.amazonaws.com"
+    # A rehearsal runs its block's images, from the block's registry (plan.image_region).
+    registry = args.registry or (plan.image_registry(account) if plan.rehearses else f"{account}.dkr.ecr.{aws.region}.amazonaws.com")
     serving = inputs.from_plan(plan, registry=registry, image=args.image, weights_bucket=args.bucket or plan.weights.bucket(account))
     refuse_placeholders(plan, "pdkit weights import", ((serving.image, "--registry"), (serving.weights_bucket, "--bucket")))
     token_arn: str | None = getattr(plan.profile.model, "hf_token_secret_arn", None)

@@ -36,9 +36,14 @@ NEXT = {
     "nccl_layout": f"the nccl-tests output is not in a layout the kit reads: {VALIDATE}#low-nccl-bandwidth",
     "nccl_slow": f"every pod needs all EFA devices; `pdkit topology`; then {VALIDATE}#low-nccl-bandwidth",
     "nccl_corrupt": f"a GPU or NVLink fault: `kubectl describe node NODE` and node auto repair, {VALIDATE}#wrong-results",
-    "nccl_setup": f"mpirun could not reach the other pods' agents: {VALIDATE}#nccl-job-does-not-start",
+    "nccl_setup": f"pod 0 could not kubectl exec into the other nccl pods: {VALIDATE}#nccl-job-does-not-start",
     "uccl_failed": f"`kubectl exec POD -- python3 /opt/kit/selftest.py` (deep_ep must be the EFA build of UCCL-EP), then {VALIDATE}#uccl-ep-fails-or-is-slow",
     "uccl_slow": f"decode cannot meet observability.tpot_p99_ms on this fabric: {VALIDATE}#uccl-ep-fails-or-is-slow",
+    "mooncake_tcp": f"Mooncake installed its TCP transport, not EFA: set MOONCAKE_PROTOCOL=efa in the role's environment (pdkit/serving/environment.py), then {VALIDATE}#mooncake-fails-or-is-slow",
+    "mooncake_register": f"Mooncake could not register GPU memory with EFA (FI_HMEM=cuda? unlimited locked memory?): {VALIDATE}#mooncake-fails-or-is-slow",
+    "mooncake_permission": f"the role's pod lacks a permission Mooncake needs: set roles.ROLE.security in the profile (runbooks/02-serve.md#when-a-role-needs-more-rolesrolesecurity), then {VALIDATE}#mooncake-fails-or-is-slow",
+    "mooncake_failed": f"`kubectl -n NAMESPACE logs job/JOB`, then {VALIDATE}#mooncake-fails-or-is-slow",
+    "mooncake_slow": f"every pod needs all EFA devices; `pdkit topology`; then {VALIDATE}#mooncake-fails-or-is-slow",
     "image": "the validation image is not in ECR yet: follow the CodeBuild run (containers/README.md, 'Build in-region')",
     "node_image_driver": f"the node runs another NVIDIA driver than its image recorded: {VALIDATE}#node-image-checks-fail",
     "node_image_branch": f"the node's NVIDIA driver is older than the branch the serving image's CUDA needs: {VALIDATE}#node-image-checks-fail",
@@ -244,7 +249,11 @@ def nccl_checks(plan: Plan, th: Thresholds, run: JobRun) -> list[Check]:
     json_found = parsers.sections(launcher, "pdkit-begin", "pdkit-end", "json")
     setup = [m for m in parsers.marker_lines(launcher, "pdkit-end") if m.get("test") == "setup"]
     if setup:
-        return [Check("nccl-tests", target, FAIL, "the worker pods' agents did not answer", "all pods reachable", NEXT["nccl_setup"])]
+        return [
+            Check(
+                "nccl-tests", target, FAIL, "pod 0 could not kubectl exec into every worker pod", "all pods reachable", NEXT["nccl_setup"]
+            )
+        ]
     floors = {"all_reduce_perf": th.allreduce_min_busbw_gbps, "alltoall_perf": th.alltoall_min_busbw_gbps}
     rows: list[Check] = []
     for test in NCCL_TESTS:
@@ -338,6 +347,83 @@ def uccl_checks(plan: Plan, th: Thresholds, key: str, run: JobRun) -> list[Check
     return [correctness, timing]
 
 
+# --- phase 4 ----------------------------------------------------------------------------------------------
+
+
+def mooncake_checks(plan: Plan, th: Thresholds, initiator: JobRun | None, target: JobRun | None) -> list[Check]:
+    """One row per pod for the transport Mooncake installed as SGLang initializes it, and one for the
+    KV write from prefill into decode: PASS only on an understood result line over EFA at the floor."""
+    rows: list[Check] = []
+    parsed: dict[str, parsers.MooncakeResult] = {}
+    for role, run in (("prefill", initiator), ("decode", target)):
+        log = run.logs.get(0, "") if run else ""
+        node = (run.nodes.get(0) if run else None) or f"{role} (mooncake)"
+        if run is None or (run.problem and not log):
+            problem = (run.problem if run else None) or "did not run"
+            rows.append(Check("Mooncake transport", node, FAIL, problem, "EFA", stuck_next_step(plan, problem)))
+            continue
+        r = parsed[role] = parsers.parse_mooncake(log)
+        rows.append(_mooncake_transport(role, node, r))
+    limit = f">= {th.mooncake_min_gbps:g} GB/s write ({_size(th.mooncake_block_bytes)} blocks, {th.mooncake_threads} threads x {th.mooncake_batch})"
+    target_name = "prefill -> decode"
+    if "prefill" not in parsed:
+        return [*rows, Check("Mooncake KV write", target_name, FAIL, "the initiator did not run", limit, NEXT["mooncake_failed"])]
+    ini = parsed["prefill"]
+    tgt = parsed.get("decode")
+    both = [ini, *([tgt] if tgt else [])]
+    register = [e for r in both for e in r.registration_errors]
+    permission = [e for r in both for e in r.permission_errors]
+    if ini.gbps is not None and not ini.registration_errors and not ini.transfer_errors and ini.efa_installed:
+        kv_s = th.mooncake_request_kv_bytes / (ini.gbps * 1e9)
+        measured = (
+            f"{ini.gbps:g} GB/s over {ini.duration_s:g} s; one {_size(th.mooncake_request_kv_bytes)} request's KV in {kv_s * 1000:.0f} ms"
+        )
+        rows.append(_row(ini.gbps >= th.mooncake_min_gbps, "Mooncake KV write", target_name, measured, limit, NEXT["mooncake_slow"]))
+        return rows
+    if register:
+        why = register[0]
+        said = " ".join(register)
+        hint = ""
+        if "Cannot allocate memory" in said:
+            hint = " (ENOMEM: the locked-memory limit)"
+        elif "Function not implemented" in said or "Operation not supported" in said:
+            hint = " (libfabric refuses GPU memory: FI_HMEM must be exactly cuda, efa_nv_peermem loaded)"
+        rows.append(
+            Check("Mooncake KV write", target_name, FAIL, f"memory registration failed: {why}{hint}", limit, NEXT["mooncake_register"])
+        )
+    elif permission:
+        rows.append(Check("Mooncake KV write", target_name, FAIL, f"not permitted: {permission[0]}", limit, NEXT["mooncake_permission"]))
+    elif ini.tcp_installed or not ini.efa_installed:
+        rows.append(Check("Mooncake KV write", target_name, FAIL, "not over EFA (see the transport rows)", limit, NEXT["mooncake_tcp"]))
+    else:
+        problems = [*ini.transport_errors, *ini.transfer_errors, *ini.errors, *((tgt.transport_errors + tgt.errors) if tgt else ())]
+        why = (
+            problems[0]
+            if problems
+            else f"no 'Test completed: duration ..., throughput ...' line understood (exit status {ini.exit_status or '?'})"
+        )
+        rows.append(Check("Mooncake KV write", target_name, FAIL, why, limit, NEXT["mooncake_failed"]))
+    return rows
+
+
+def _mooncake_transport(role: str, node: str, r: parsers.MooncakeResult) -> Check:
+    name = f"Mooncake transport ({role})"
+    threshold = "'EFA transport installed successfully'"
+    devices = f", {len(r.devices)} EFA devices" if r.devices else ""
+    if r.efa_installed and not r.tcp_installed and r.init_rc == 0:
+        return Check(name, node, PASS, f"EFA (MOONCAKE_PROTOCOL={r.protocol}{devices})", threshold, "")
+    if r.tcp_installed:
+        return Check(name, node, FAIL, f"TCP fallback (MOONCAKE_PROTOCOL={r.protocol})", threshold, NEXT["mooncake_tcp"])
+    if r.registration_errors:
+        return Check(name, node, FAIL, f"memory registration failed: {r.registration_errors[0]}", threshold, NEXT["mooncake_register"])
+    if r.permission_errors:
+        step = NEXT["mooncake_permission"].replace("ROLE", role)
+        return Check(name, node, FAIL, f"not permitted: {r.permission_errors[0]}", threshold, step)
+    problems = [*r.transport_errors, *r.errors]
+    why = problems[0] if problems else f"no transport line understood (initialize rc {r.init_rc if r.init_rc is not None else '?'})"
+    return Check(name, node, FAIL, why, threshold, NEXT["mooncake_failed"])
+
+
 # --- all of it ----------------------------------------------------------------------------------------------
 
 
@@ -363,6 +449,8 @@ def evaluate(
             rows += nccl_checks(plan, th, run)
         elif key.startswith("uccl-"):
             rows += uccl_checks(plan, th, key, run)
+        elif key == "mooncake-prefill":  # judged with its target's log (mooncake-decode)
+            rows += mooncake_checks(plan, th, run, runs.get("mooncake-decode"))
     return rows
 
 

@@ -61,10 +61,11 @@ class Cluster(Protocol):
 class KubeCluster:
     """`Cluster` on the real API: core and batch clients sharing pdkit.kube's connection."""
 
-    def __init__(self, kube: Kube, batch: Any) -> None:
+    def __init__(self, kube: Kube, batch: Any, rbac: Any = None) -> None:
         self.kube = kube
         self.core = kube.core
         self.batch = batch
+        self.rbac = rbac
 
     def gpu_nodes(self) -> list[Node]:
         return self.kube.gpu_nodes()
@@ -83,6 +84,9 @@ class KubeCluster:
             "ConfigMap": lambda: self.core.create_namespaced_config_map(ns, obj),
             "Secret": lambda: self.core.create_namespaced_secret(ns, obj),
             "Service": lambda: self.core.create_namespaced_service(ns, obj),
+            "ServiceAccount": lambda: self.core.create_namespaced_service_account(ns, obj),
+            "Role": lambda: self.rbac.create_namespaced_role(ns, obj),
+            "RoleBinding": lambda: self.rbac.create_namespaced_role_binding(ns, obj),
             "Job": lambda: self.batch.create_namespaced_job(ns, obj),
         }
         try:
@@ -101,6 +105,9 @@ class KubeCluster:
             "ConfigMap": lambda: self.core.delete_namespaced_config_map(name, ns),
             "Secret": lambda: self.core.delete_namespaced_secret(name, ns),
             "Service": lambda: self.core.delete_namespaced_service(name, ns),
+            "ServiceAccount": lambda: self.core.delete_namespaced_service_account(name, ns),
+            "Role": lambda: self.rbac.delete_namespaced_role(name, ns),
+            "RoleBinding": lambda: self.rbac.delete_namespaced_role_binding(name, ns),
             # Background propagation: the Job's pods go with it.
             "Job": lambda: self.batch.delete_namespaced_job(name, ns, propagation_policy="Background"),
         }
@@ -203,7 +210,7 @@ def connect_cluster(context: str | None) -> KubeCluster:
     from kubernetes import client  # type: ignore[import-untyped]
 
     kube = connect(context)
-    return KubeCluster(kube, client.BatchV1Api(kube.core.api_client))
+    return KubeCluster(kube, client.BatchV1Api(kube.core.api_client), client.RbacAuthorizationV1Api(kube.core.api_client))
 
 
 # --- running Jobs ------------------------------------------------------------------------------------

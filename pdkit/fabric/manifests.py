@@ -9,16 +9,23 @@ Four phases, run one after the other because each takes the nodes' GPUs (and EFA
   given (`/dev/infiniband/uverbs*`), the efa provider's domains (`fi_info`), the node's devices and
   its locked-memory limit; then pods 2k and 2k+1 run `fi_pingpong` on the efa provider.
 - `nccl`: one pod per GPU node (both roles), all GPUs and EFA devices each; pod 0 runs
-  `all_reduce_perf` and `alltoall_perf` across every GPU through mpirun, whose daemons reach the
-  other pods through the kit's token-gated rsh agent (pdkit/fabric/agent.py; the image has no sshd).
+  `all_reduce_perf` and `alltoall_perf` across every GPU through mpirun, which starts its daemons in
+  the other pods with `kubectl exec` as its rsh agent (containers/kit/bin/kubectl-rsh.sh), as MPI
+  Operator v1 did (kubexec.sh); the run's ServiceAccount may only exec into pods of this namespace.
 - `uccl`: per decode replica, UCCL-EP's low-latency dispatch/combine benchmark across the group's
   nodes (torchrun rendezvous on pod 0), with the model's hidden size, top-k and experts.
+- `mooncake` (KV transfer over Mooncake only): a decode node as Mooncake's target and a prefill node as
+  its initiator, each in its role's serving pod spec. Each first initializes `mooncake.engine.TransferEngine`
+  as SGLang does (P2PHANDSHAKE, the role's MOONCAKE_PROTOCOL), which logs which transport it installed;
+  then the prefill pod writes into the decode pod's GPU memory with Mooncake's `transfer_engine_bench`
+  (shipped in the mooncake wheel), as SGLang's prefill writes KV into decode.
 
 Pods get devices from the device plugins and mount /dev/shm as a memory emptyDir. A check that stands
 for a role runs as that role's serving pods run (pdkit/serving/role_pod.py): the `uccl` check in the
 role's serving image with its resources, environment and security context, the `efa` probes with its
 security context; by default that is the image's non-root user with no capability, no privilege and
-the node's default seccomp profile, so a pass proves the role needs nothing more. A role's `security`
+the node's default seccomp profile, so a pass proves the role needs nothing more. The `mooncake` pods
+run in their role's serving image with its resources, environment and security context. A role's `security`
 setting applies here too, and sets this namespace's Pod Security level (role_pod.validation_pod_security).
 The other checks (node-image, nccl) keep the RuntimeDefault profile. Every pod prints what it measured and exits 0:
 the verdict is `pdkit validate`'s, from the logs (pdkit/fabric/checks.py).
@@ -28,12 +35,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pdkit.fabric import agent
 from pdkit.fabric.thresholds import NCCL_MAX_BYTES, NCCL_MIN_BYTES, Thresholds
 from pdkit.kube import EFA, GPU
 from pdkit.plan import ROLE_LABEL, Plan, RolePlan
@@ -43,20 +48,25 @@ from pdkit.serving.manifests import POD_SHARE_OF_NODE, PSS_VERSION_PREFIX, SHM_F
 
 Obj = dict[str, Any]
 
-PHASES = ("node-image", "efa", "nccl", "uccl")
-AGENT_DIR = "/opt/pdkit"
-AGENT_SOURCE = Path(agent.__file__)
+PHASES = ("node-image", "efa", "nccl", "uccl", "mooncake")
+# mpirun's rsh agent in the validation image: `kubectl-rsh.sh HOST COMMAND...` = kubectl exec into HOST's pod.
+RSH_AGENT = "kubectl-rsh.sh"
 # torchrun's default rendezvous port, which uccl-ep-bench.sh also defaults to.
 TORCHRUN_PORT = 29500
+# Mooncake's P2P handshake binds a free port in [MC_MIN_RPC_PORT, MC_MAX_RPC_PORT] (default 15000-17000,
+# mooncake-common environ.cpp); the target pins both ends to the default's first port so the initiator
+# knows its segment name `<ip>:15000`. The next port carries the initiator's "done" to the target.
+MOONCAKE_RPC_PORT = 15000
+MOONCAKE_DONE_PORT = 15001
+MOONCAKE_WAIT_SECONDS = 600
 RUN_LABEL = "pdkit/validation-run"
 CHECK_LABEL = "pdkit/validation-check"
 # Set by the Job controller on every pod it creates (Kubernetes >= 1.27).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
-TOKEN_PLACEHOLDER = "generated-per-run-by-pdkit-validate"  # noqa: S105 - `--render` output only; a run uses a fresh random token
 # How long each phase may run before Kubernetes stops it (and pdkit reports a timeout).
-PHASE_DEADLINE_SECONDS = {"node-image": 15 * 60, "efa": 15 * 60, "nccl": 40 * 60, "uccl": 20 * 60}
+PHASE_DEADLINE_SECONDS = {"node-image": 15 * 60, "efa": 15 * 60, "nccl": 40 * 60, "uccl": 20 * 60, "mooncake": 15 * 60}
 # Finished Jobs disappear on their own an hour later, should pdkit be interrupted before its cleanup.
 TTL_AFTER_FINISHED_SECONDS = 3600
 # fi_pingpong's control-socket port (libfabric util/pingpong.c default), which efa-pingpong.sh keeps.
@@ -64,7 +74,9 @@ PINGPONG_PORT = 47592
 PINGPONG_ITERATIONS = 10000
 PINGPONG_TIMEOUT_SECONDS = 300
 PINGPONG_CLIENT_ATTEMPTS = 60
-AGENT_WAIT_SECONDS = 600
+WORKER_WAIT_SECONDS = 600
+# A worker pod idles until the launcher's last kubectl exec drops this file (its own memory emptyDir).
+WORKER_DONE_FILE = "/dev/shm/pdkit-nccl-done"  # noqa: S108 - the pod's memory emptyDir, not the host's /dev/shm
 EFA_PROBE_CPU = "4"
 EFA_PROBE_MEMORY = "8Gi"
 NCCL_TESTS = ("all_reduce_perf", "alltoall_perf")
@@ -124,7 +136,6 @@ def render(
     *,
     image: str,
     run_id: str,
-    token: str = TOKEN_PLACEHOLDER,
     role_images: dict[str, str] | None = None,
 ) -> Bundle:
     """`image` is the validation image (fabtests, nccl-tests); `role_images` the serving image of each
@@ -139,9 +150,11 @@ def render(
     if plan.decode.ep_spans_nodes:
         decode_image = role_images.get("decode", image)
         jobs += [uccl_job(plan, th, replica=i, image=decode_image, run_id=run_id, namespace=ns) for i in range(plan.decode.replicas)]
+    if runs_mooncake(plan):
+        jobs += mooncake_jobs(plan, th, role_images=role_images, image=image, run_id=run_id, namespace=ns)
     return Bundle(
         namespace=namespace(plan),
-        shared=[agent_config_map(plan, run_id, ns), agent_secret(plan, run_id, ns, token)],
+        shared=launcher_access(plan, run_id, ns),
         jobs=jobs,
         extra_namespaces=extra,
     )
@@ -174,27 +187,35 @@ def namespace(plan: Plan) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace_name(plan), "labels": labels}}
 
 
-def agent_name(run_id: str) -> str:
-    return f"agent-{run_id}"
+def launcher_name(run_id: str) -> str:
+    return f"nccl-launcher-{run_id}"
 
 
-def agent_config_map(plan: Plan, run_id: str, ns: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(plan, agent_name(run_id), ns, run_id, "shared"),
-        "data": {"agent.py": AGENT_SOURCE.read_text()},
-    }
+def launcher_access(plan: Plan, run_id: str, ns: str) -> list[Obj]:
+    """The nccl pods' ServiceAccount, and a Role that lets it find and exec into pods of this namespace only.
 
-
-def agent_secret(plan: Plan, run_id: str, ns: str, token: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _meta(plan, agent_name(run_id), ns, run_id, "shared"),
-        "type": "Opaque",
-        "stringData": {"token": token},
-    }
+    kubectl exec reads the pod, then opens pods/exec: over WebSocket (kubectl >= 1.31) that is a GET which
+    Kubernetes >= 1.35 also authorizes as `create` (AuthorizePodWebsocketUpgradeCreatePermission).
+    kubectl-rsh.sh lists pods to find the one behind a Job index (pod names end in a random suffix).
+    """
+    name = launcher_name(run_id)
+    meta = _meta(plan, name, ns, run_id, "nccl")
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
+    ]
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": ns}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [subject],
+        },
+    ]
 
 
 def _service(plan: Plan, name: str, ns: str, run_id: str, check: str, port: int) -> Obj:
@@ -220,13 +241,6 @@ def _env(plan: Plan, *extra: tuple[str, str]) -> list[Obj]:
     return env
 
 
-def _agent_env(run_id: str) -> list[Obj]:
-    return [
-        {"name": agent.PORT_ENV, "value": str(agent.DEFAULT_PORT)},
-        {"name": agent.TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": agent_name(run_id), "key": "token"}}},
-    ]
-
-
 def _container(
     plan: Plan,
     *,
@@ -250,10 +264,7 @@ def _container(
         "env": env,
         "resources": {"requests": {**requests, **devices}, "limits": dict(devices)},
         "securityContext": security,
-        "volumeMounts": [
-            {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
-            {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
-        ],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
     }
 
 
@@ -311,10 +322,7 @@ def _job(
         "tolerations": [_toleration(r) for r in roles],
         "affinity": {**node_affinity, "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
         "containers": [container],
-        "volumes": [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
-            {"name": "agent", "configMap": {"name": agent_name(run_id), "defaultMode": 0o444}},
-        ],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
     }
     labels = _labels(plan, run_id, check)
     spec = {
@@ -408,10 +416,10 @@ def mpirun_argv(*, job: str, pods: int, gpus_per_node: int, test: str) -> list[s
         hosts,
         "--bind-to",
         "none",
-        # mpirun starts its daemons through the agent, as it would through ssh; one level, no tree spawn.
+        # mpirun starts its daemons through kubectl exec, as it would through ssh; one level, no tree spawn.
         "--mca",
         "plm_rsh_agent",
-        f"python3 {AGENT_DIR}/agent.py rsh",
+        RSH_AGENT,
         "--mca",
         "plm_rsh_no_tree_spawn",
         "1",
@@ -455,17 +463,30 @@ def nccl_script(*, job: str, pods: int, gpus_per_node: int) -> str:
         f'echo "pdkit-begin json={test}"\ncat {nccl_json_path(test)} 2>&1\necho "pdkit-end json={test} status=$?"'
         for test in NCCL_TESTS
     )
+    # Workers idle until the launcher (pod 0) drops WORKER_DONE_FILE in them; the Job's deadline bounds both.
     return f"""set -u
 idx="${{JOB_COMPLETION_INDEX}}"
 if [ "$idx" -ne 0 ]; then
-  exec python3 {AGENT_DIR}/agent.py serve --idle-timeout {PHASE_DEADLINE_SECONDS["nccl"]}
-fi
-if ! python3 {AGENT_DIR}/agent.py wait --timeout {AGENT_WAIT_SECONDS} {workers}; then
-  echo "pdkit-end test=setup status=1"
+  echo "pdkit-worker index=$idx node=${{NODE_NAME}}"
+  while [ ! -e {WORKER_DONE_FILE} ]; do sleep 2; done
   exit 0
 fi
+release() {{
+  for host in {workers}; do {RSH_AGENT} "$host" touch {WORKER_DONE_FILE}; done
+}}
+deadline=$((SECONDS + {WORKER_WAIT_SECONDS}))
+for host in {workers}; do
+  until {RSH_AGENT} "$host" true; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "pdkit-end test=setup status=1"
+      release
+      exit 0
+    fi
+    sleep 5
+  done
+done
 {runs}
-python3 {AGENT_DIR}/agent.py stop {workers}
+release
 exit 0
 """
 
@@ -478,14 +499,19 @@ def nccl_job(plan: Plan, th: Thresholds, *, image: str, run_id: str, namespace: 
         plan,
         image=image,
         script=nccl_script(job=name, pods=pods, gpus_per_node=th.gpus_per_node),
-        env=_env(plan) + _agent_env(run_id),
+        env=_env(plan),
         requests=_gpu_requests(plan),
         devices={GPU: str(th.gpus_per_node), EFA: str(th.efa_devices_per_node)},
     )
     job = _job(plan, name=name, ns=namespace, run_id=run_id, check="nccl", phase="nccl", pods=pods, roles=roles, container=container)
-    return JobSpec(
-        key="nccl", phase="nccl", job=job, service=_service(plan, name, namespace, run_id, "nccl", agent.DEFAULT_PORT), pods=pods
-    )
+    pod = job["spec"]["template"]["spec"]
+    # The one pod token of the run: kubectl in pod 0 uses it, and the Role lets it exec into this namespace's pods only.
+    pod["serviceAccountName"] = launcher_name(run_id)
+    pod["automountServiceAccountToken"] = True
+    # Headless and port-less: the Service gives the pods DNS names; mpirun's daemons pick their own ports.
+    service = _service(plan, name, namespace, run_id, "nccl", port=1)
+    del service["spec"]["ports"]
+    return JobSpec(key="nccl", phase="nccl", job=job, service=service, pods=pods)
 
 
 # --- phase 3: UCCL-EP low-latency dispatch/combine on a decode group -------------------------------
@@ -540,6 +566,113 @@ def uccl_job(plan: Plan, th: Thresholds, *, replica: int, image: str, run_id: st
     )
     service = _service(plan, name, namespace, run_id, key, TORCHRUN_PORT)
     return JobSpec(key=key, phase="uccl", job=job, service=service, pods=decode.nodes_per_replica)
+
+
+# --- phase 4: Mooncake KV write from a prefill node into a decode node -------------------------------
+
+
+def runs_mooncake(plan: Plan) -> bool:
+    return plan.profile.serving.kv_transfer == "mooncake"
+
+
+def mooncake_job_name(role: str, run_id: str) -> str:
+    return f"mooncake-{role}-{run_id}"
+
+
+# SGLang's own call (sglang/srt/disaggregation/mooncake/transfer_engine.py): P2PHANDSHAKE metadata, the
+# protocol from MOONCAKE_PROTOCOL (default "rdma"), no device filter. Mooncake's EFA build then logs
+# "EFA transport installed successfully" or, for any other protocol, "TCP transport installed successfully"
+# (mooncake-integration/transfer_engine/transfer_engine_py.cpp, initializeExt).
+MOONCAKE_PROBE = (
+    "import os, socket\n"
+    "from mooncake.engine import TransferEngine\n"
+    "protocol = os.environ.get('MOONCAKE_PROTOCOL', 'rdma')\n"
+    "rc = TransferEngine().initialize(socket.gethostbyname(socket.gethostname()), 'P2PHANDSHAKE', protocol, '')\n"
+    "print(f'pdkit-mooncake-init protocol={protocol} rc={rc}', flush=True)\n"
+)
+
+
+def mooncake_bench_argv(th: Thresholds, *, mode: str, segment: str | None = None) -> list[str]:
+    argv = [
+        "transfer_engine_bench",
+        f"--mode={mode}",
+        '--protocol="${MOONCAKE_PROTOCOL:-rdma}"',
+        "--metadata_server=P2PHANDSHAKE",
+        f"--buffer_size={th.mooncake_buffer_bytes_per_gpu}",
+        "--gpu_id=-1",  # every GPU, so every NIC: Mooncake's EFA guide measures p5en this way
+    ]
+    if mode == "initiator":
+        argv += [
+            f"--segment_id={segment}",
+            "--operation=write",
+            f"--duration={th.mooncake_duration_s}",
+            f"--threads={th.mooncake_threads}",
+            f"--block_size={th.mooncake_block_bytes}",
+            f"--batch_size={th.mooncake_batch}",
+            "--report_unit=GB",
+        ]
+    return argv
+
+
+def mooncake_target_script(th: Thresholds) -> str:
+    bench = " ".join(mooncake_bench_argv(th, mode="target"))
+    return f"""set -u
+echo "pdkit-mooncake role=target node=${{NODE_NAME}}"
+python3 -c "{MOONCAKE_PROBE}" 2>&1
+MC_MIN_RPC_PORT={MOONCAKE_RPC_PORT} MC_MAX_RPC_PORT={MOONCAKE_RPC_PORT} {bench} 2>&1 &
+bench=$!
+python3 -c "import socket; s = socket.create_server(('', {MOONCAKE_DONE_PORT})); s.settimeout({MOONCAKE_WAIT_SECONDS + PHASE_DEADLINE_SECONDS["mooncake"] // 2}); s.accept()" 2>&1
+kill -TERM "$bench" 2>/dev/null
+wait "$bench"
+echo "pdkit-exit role=target status=$?"
+exit 0
+"""
+
+
+def mooncake_initiator_script(th: Thresholds, *, target_job: str) -> str:
+    host = _host(target_job, 0)
+    bench = " ".join(mooncake_bench_argv(th, mode="initiator", segment=f"$ip:{MOONCAKE_RPC_PORT}"))
+    return f"""set -u
+echo "pdkit-mooncake role=initiator node=${{NODE_NAME}}"
+python3 -c "{MOONCAKE_PROBE}" 2>&1
+ip=""
+for attempt in $(seq 1 {MOONCAKE_WAIT_SECONDS // 2}); do
+  ip=$(getent hosts {host} | awk '{{print $1; exit}}')
+  [ -n "$ip" ] && timeout 2 bash -c "</dev/tcp/$ip/{MOONCAKE_RPC_PORT}" 2>/dev/null && break
+  ip=""
+  sleep 2
+done
+status=1
+if [ -z "$ip" ]; then
+  echo "pdkit-mooncake-error target {host}:{MOONCAKE_RPC_PORT} never listened"
+else
+  {bench} 2>&1
+  status=$?
+fi
+echo "pdkit-exit role=initiator status=$status"
+[ -n "$ip" ] && timeout 10 bash -c "</dev/tcp/$ip/{MOONCAKE_DONE_PORT}" 2>/dev/null
+exit 0
+"""
+
+
+def mooncake_jobs(plan: Plan, th: Thresholds, *, role_images: dict[str, str], image: str, run_id: str, namespace: str) -> list[JobSpec]:
+    """Decode's first node as the target, prefill's first as the initiator, each exactly as its role serves."""
+    target = mooncake_job_name("decode", run_id)
+    scripts = {"decode": mooncake_target_script(th), "prefill": mooncake_initiator_script(th, target_job=target)}
+    ports = {"decode": MOONCAKE_RPC_PORT, "prefill": MOONCAKE_DONE_PORT}
+    specs = []
+    for name in ("decode", "prefill"):  # the target first: it must listen before the initiator connects
+        role = plan.roles[name]
+        job_name = mooncake_job_name(name, run_id)
+        env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(role_pod.environment(plan, role, host_network=False).items())]
+        env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+        container = _container(plan, image=role_images.get(name, image), script=scripts[name], env=env, requests={}, devices={}, role=role)
+        container["resources"] = role_pod.resources(plan, role)
+        key = f"mooncake-{name}"
+        job = _job(plan, name=job_name, ns=namespace, run_id=run_id, check=key, phase="mooncake", pods=1, roles=[role], container=container)
+        service = _service(plan, job_name, namespace, run_id, key, ports[name])
+        specs.append(JobSpec(key=key, phase="mooncake", job=job, service=service, pods=1))
+    return specs
 
 
 # --- phase 0: what the node image put on the node, seen with the GPUs ------------------------------
@@ -615,7 +748,7 @@ def node_image_job(plan: Plan, th: Thresholds, *, image: str, run_id: str, names
         requests={"cpu": NODE_IMAGE_CPU, "memory": NODE_IMAGE_MEMORY},
         devices={GPU: str(th.gpus_per_node)},  # all of the instance table's, like every phase
     )
-    # This pod needs neither shared memory nor the rsh agent (whose ConfigMap lives in the other namespace).
+    # This pod needs no shared memory.
     container["volumeMounts"] = []
     job = _job(plan, name=name, ns=ns, run_id=run_id, check="node-image", phase="node-image", pods=pods, roles=roles, container=container)
     pod = job["spec"]["template"]["spec"]

@@ -432,6 +432,98 @@ def parse_uccl_low_latency(text: str) -> UcclResult:
     return UcclResult(ranks=tuple(ranks[k] for k in sorted(ranks)), correctness_passed=passed, errors=tuple(dict.fromkeys(errors)))
 
 
+# --- Mooncake: SGLang's engine initialization and transfer_engine_bench ---------------------------
+# Every line below is one Mooncake prints at the pinned 0.3.13.post1 (tests/fixtures/fabric/README.md
+# cites each); glog prefixes them with "I1201 15:42:12.123456 1234 file.cpp:123] ", hence search().
+_MC_RESULT = re.compile(rf"Test completed: duration ({_NUM}), batch count (\d+), throughput ({_NUM}) (GB|GiB|Gb|MB|MiB|Mb|KB|KiB|Kb)/s")
+# transfer_engine_bench.cpp RATE_UNIT_MP, as GB (10^9 bytes) per unit.
+_MC_UNITS = {"GB": 1.0, "GiB": (1 << 30) / 1e9, "Gb": 1 / 8, "MB": 1e-3, "MiB": (1 << 20) / 1e9, "Mb": 1e-3 / 8}
+_MC_UNITS |= {"KB": 1e-6, "KiB": 1024 / 1e9, "Kb": 1e-6 / 8}
+_MC_DEVICE = re.compile(r"EFA device \(libfabric\): ([^,\s]+)")
+_MC_REGISTER = re.compile(r"(fi_mr_reg\w* failed.*|Failed to register memory.*|Check failed: !rc.*)")
+_MC_PERMISSION = re.compile(r".*Operation not permitted.*")
+_MC_TRANSPORT = re.compile(
+    r"(Failed to install (?:EFA )?transport.*|Unsupported protocol.*|Check failed: xport.*|EfaTransport: No available EFA devices.*"
+    r"|EfaTransport: cannot .*)"
+)
+_MC_TRANSFER = re.compile(r"(EFA submitSlicesOnPeer: .*|EFA CQ error: .*|Unable to get target segment ID.*|\] FAILED$)")
+_MC_PYTHON = re.compile(r"^(Traceback \(most recent call last\)|\w*Error: .*)")
+
+
+@dataclass(frozen=True)
+class MooncakeResult:
+    role: str | None  # "target" or "initiator", from the kit's marker
+    protocol: str | None  # MOONCAKE_PROTOCOL as SGLang would read it
+    init_rc: int | None  # TransferEngine.initialize's return code (0 = ready)
+    efa_installed: bool  # "EFA transport installed successfully"
+    tcp_installed: bool  # "TCP transport installed successfully": the silent fallback
+    devices: tuple[str, ...]
+    gbps: float | None  # the bench's throughput, in GB/s (10^9 bytes)
+    duration_s: float | None
+    registration_errors: tuple[str, ...]
+    permission_errors: tuple[str, ...]
+    transport_errors: tuple[str, ...]
+    transfer_errors: tuple[str, ...]
+    errors: tuple[str, ...]  # anything else that stopped it (Python errors, the kit's own markers)
+    exit_status: str | None
+
+
+def parse_mooncake(text: str) -> MooncakeResult:
+    found: dict[str, list[str]] = {k: [] for k in ("register", "permission", "transport", "transfer", "errors")}
+    devices: list[str] = []
+    role = protocol = status = None
+    init_rc: int | None = None
+    efa = tcp = False
+    gbps = duration = None
+    for raw in text.splitlines():
+        line = strip_launcher(raw.strip()).strip()
+        if line.startswith("pdkit-mooncake "):
+            role = dict(_KV.findall(line)).get("role", role)
+        elif line.startswith("pdkit-mooncake-init "):
+            kv = dict(_KV.findall(line))
+            protocol = kv.get("protocol")
+            init_rc = int(kv["rc"]) if kv.get("rc", "").lstrip("-").isdigit() else None
+        elif line.startswith("pdkit-mooncake-error "):
+            found["errors"].append(line.removeprefix("pdkit-mooncake-error "))
+        elif line.startswith("pdkit-exit "):
+            status = dict(_KV.findall(line)).get("status")
+        elif "EFA transport installed successfully" in line:
+            efa = True
+        elif "TCP transport installed successfully" in line:
+            tcp = True
+        elif m := _MC_RESULT.search(line):
+            duration = float(m.group(1))
+            gbps = float(m.group(3)) * _MC_UNITS[m.group(4)]
+        elif m := _MC_DEVICE.search(line):
+            devices.append(m.group(1))
+        elif m := _MC_REGISTER.search(line):
+            found["register"].append(m.group(1))
+        elif _MC_PERMISSION.match(line):
+            found["permission"].append(line)
+        elif m := _MC_TRANSPORT.search(line):
+            found["transport"].append(m.group(1))
+        elif m := _MC_TRANSFER.search(line):
+            found["transfer"].append(m.group(1).lstrip("] "))
+        elif _MC_PYTHON.match(line):
+            found["errors"].append(line)
+    return MooncakeResult(
+        role=role,
+        protocol=protocol,
+        init_rc=init_rc,
+        efa_installed=efa,
+        tcp_installed=tcp,
+        devices=tuple(dict.fromkeys(devices)),
+        gbps=gbps,
+        duration_s=duration,
+        registration_errors=tuple(dict.fromkeys(found["register"])),
+        permission_errors=tuple(dict.fromkeys(found["permission"])),
+        transport_errors=tuple(dict.fromkeys(found["transport"])),
+        transfer_errors=tuple(dict.fromkeys(found["transfer"])),
+        errors=tuple(dict.fromkeys(found["errors"])),
+        exit_status=status,
+    )
+
+
 # --- the kit's own markers -----------------------------------------------------------------------
 
 _KV = re.compile(r"(\w+)=(\S*)")

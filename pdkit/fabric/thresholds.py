@@ -25,6 +25,19 @@ NCCL_MAX_BYTES = "16G"
 # tiny ones and is reported for information only.
 NCCL_LARGE_MESSAGE_BYTES = 1 << 30
 MEMLOCK_REQUIRED = "unlimited"
+# Mooncake's transfer_engine_bench, prefill writing into decode's GPU memory as SGLang's KV transfer does.
+# Mooncake's EFA guide (doc/en/efa_transport.md, "p5en.48xlarge"): GPU-to-GPU write between two p5en at
+# 1 MiB blocks, 16 threads, batch 128, every GPU (--gpu_id=-1) reached 352-366 GB/s, ~91% of the 400 GB/s
+# of 16 EFA devices; 64 KiB blocks reach only ~26% of that, so the block size is Mooncake's recommended 1 MiB.
+# Half of line rate, as for all-reduce, separates that from a TCP path or half the NICs with margin.
+MOONCAKE_LINE_RATE_FLOOR = 0.5
+MOONCAKE_BLOCK_BYTES = 1 << 20
+MOONCAKE_THREADS = 16
+MOONCAKE_BATCH = 128
+# The SRD shared endpoint holds at most 256 work requests per NIC: threads x batch beyond NICs x 256 backs
+# off and times out (same guide, "Why threads=16 and not 32").
+MOONCAKE_WR_PER_NIC = 256
+MOONCAKE_DURATION_S = 10
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,16 @@ class Thresholds:
     uccl_max_dispatch_combine_us: float
     tpot_budget_ms: float
     moe_layers: int
+    # Mooncake KV write from a prefill node into a decode node (transfer_engine_bench, write, every GPU).
+    # Bytes: one request's KV at prefill's context length (kv_bytes_per_token_per_layer x layers x
+    # context), spread over the node's GPUs, never below what the bench's threads x batch x block touch.
+    mooncake_request_kv_bytes: int
+    mooncake_buffer_bytes_per_gpu: int
+    mooncake_block_bytes: int
+    mooncake_threads: int
+    mooncake_batch: int
+    mooncake_duration_s: int
+    mooncake_min_gbps: float
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +100,11 @@ def derive(plan: Plan) -> Thresholds:
     decode = plan.decode
     tokens = decode.settings.cuda_graph_max_bs or -(-decode.max_running_requests // decode.attn_dp)
     budget_ms = plan.profile.observability.tpot_p99_ms
+    m = plan.model
+    request_kv = int(m.kv_bytes_per_token_per_layer * m.layers * plan.prefill.context_length)
+    batch = min(MOONCAKE_BATCH, efa * MOONCAKE_WR_PER_NIC // MOONCAKE_THREADS)
+    touched = MOONCAKE_THREADS * batch * MOONCAKE_BLOCK_BYTES
+    per_gpu = -(-request_kv // g // MOONCAKE_BLOCK_BYTES) * MOONCAKE_BLOCK_BYTES
     return Thresholds(
         efa_devices_per_node=efa,
         gpus_per_node=g,
@@ -96,4 +124,11 @@ def derive(plan: Plan) -> Thresholds:
         uccl_max_dispatch_combine_us=round(budget_ms * 1000 / plan.model.moe_layers, 1),
         tpot_budget_ms=budget_ms,
         moe_layers=plan.model.moe_layers,
+        mooncake_request_kv_bytes=request_kv,
+        mooncake_buffer_bytes_per_gpu=max(per_gpu, touched),
+        mooncake_block_bytes=MOONCAKE_BLOCK_BYTES,
+        mooncake_threads=MOONCAKE_THREADS,
+        mooncake_batch=batch,
+        mooncake_duration_s=MOONCAKE_DURATION_S,
+        mooncake_min_gbps=round(MOONCAKE_LINE_RATE_FLOOR * line_rate, 1),
     )

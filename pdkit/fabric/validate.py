@@ -1,5 +1,5 @@
 """`pdkit validate` end to end: refuse while serving holds the GPUs, list the nodes, run the four
-phases (node-image, efa, nccl, uccl) one after the other, judge the logs, and keep everything for the report.
+phases (node-image, efa, nccl, uccl, mooncake) one after the other, judge the logs, and keep everything for the report.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Outcome:
     thresholds: Thresholds
     checks: list[Check]
     logs: dict[str, dict[int, str]] = field(default_factory=dict)
-    # The serving image each role's checks ran in (the uccl check runs in decode's).
+    # The serving image each role's checks ran in (uccl in decode's, mooncake in prefill's and decode's).
     role_images: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -120,17 +120,15 @@ def run(
     waiting: Callable[[str], Waiting],
     say: Callable[[str], None] = lambda _line: None,
     run_id: str | None = None,
-    token: str | None = None,
     role_images: dict[str, str] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> Outcome:
     th = derive(plan)
     run_id = run_id or secrets.token_hex(3)
-    token = token or secrets.token_urlsafe(32)
     started = now()
     ensure_serving_stopped(plan, cluster)
     nodes = cluster.gpu_nodes()
-    bundle = manifests.render(plan, th, image=image, run_id=run_id, token=token, role_images=role_images)
+    bundle = manifests.render(plan, th, image=image, run_id=run_id, role_images=role_images)
     cluster.create(bundle.namespace)
     if "node-image" in phases:
         for extra in bundle.extra_namespaces:
@@ -140,6 +138,8 @@ def run(
     pods = {spec.key: spec.pods for spec in bundle.jobs}
     if not plan.decode.ep_spans_nodes and "uccl" in phases:
         skipped["UCCL-EP low latency"] = "decode EP fits in one node: no dispatch/combine crosses EFA"
+    if not manifests.runs_mooncake(plan) and "mooncake" in phases:
+        skipped["Mooncake KV write"] = f"serving.kv_transfer is {plan.profile.serving.kv_transfer}: KV does not go through Mooncake"
     blocked: str | None = None
     created: list[dict[str, Any]] = []
     try:

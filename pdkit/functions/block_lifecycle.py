@@ -1,7 +1,11 @@
 """Capacity Block lifecycle: operators need not be awake at block start or end.
 
-- "Capacity Block Delivered": scale the GPU node groups to their plan sizes, then put every role of
-  the DisaggregatedSet back to its plan replicas (pods wait as Pending until the nodes join).
+- "Capacity Block Delivered": scale the GPU node groups to their plan sizes, wait (bounded) until the
+  planned GPU nodes have joined, give each its role from the instance topology (pdkit/placement.py:
+  the closest instances serve decode) as the `pdkit/placed-role` label, and only then put every role
+  of the DisaggregatedSet back to its plan replicas: a pod already scheduled keeps its node, so the
+  labels must be there first. Nodes that are late, or a placement that fails, never hold serving:
+  it is restored unlabelled (pods prefer their node group's role) and the notification says so.
 - every few minutes: once the block's *current* end date (extensions move it) is within the drain
   lead (T-60 by default), drain: scale every role to 0 through the Kubernetes API, wait
   (bounded) for their pods to go, then scale the GPU node groups to 0. Deleting pods is not subject
@@ -28,8 +32,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pdkit import reservation
+from pdkit import placement, reservation
 from pdkit.functions import kube_api
+from pdkit.topology import TOPOLOGY_BATCH, GpuNode
+
+# Reported with the placement only: the managed node group EKS labels each node with (as pdkit/ami.py) and
+# the well-known zone label (https://kubernetes.io/docs/reference/labels-annotations-taints/).
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 
 POLL_SECONDS = 10
 # Kept free of the pod wait within one invocation: node group calls and the notification.
@@ -54,16 +64,18 @@ def handler(
     kind = event.get("detail-type", "")
     if kind in reservation.DELIVERED:
         changed = _apply(c["eks"], cluster, groups, _current(c["eks"], cluster, groups), up=True)
+        spec = json.loads(env["PLACEMENT"])
+        placed, where = place(c["ec2"], serving.connect, spec, _bounded(float(spec["wait_seconds"]), context), clock, sleep)
         restored, note = serving.restore()
-        if changed:
-            _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {note}")
-        return {"action": "scale-up", "serving": restored}
+        if changed or placed != "placed":
+            _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {where} {note}")
+        return {"action": "scale-up", "placement": placed, "serving": restored}
     if kind in reservation.EXPIRING:
         current = _current(c["eks"], cluster, groups)
         if not any(current.values()):
             _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes: GPU node groups already at 0.")
             return {"action": "scale-down", "serving": "skipped"}
-        drained, note = serving.drain(_wait_seconds(env, context), clock, sleep)
+        drained, note = serving.drain(_bounded(float(env["DRAIN_WAIT_SECONDS"]), context), clock, sleep)
         if _apply(c["eks"], cluster, groups, current, up=False):
             _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes. {note} GPU node groups scaled to 0.")
         return {"action": "scale-down", "serving": drained}
@@ -76,7 +88,7 @@ def handler(
     current = _current(c["eks"], cluster, groups)
     if not any(current.values()):
         return {"action": "none"}
-    drained, note = serving.drain(_wait_seconds(env, context), clock, sleep)
+    drained, note = serving.drain(_bounded(float(env["DRAIN_WAIT_SECONDS"]), context), clock, sleep)
     if _apply(c["eks"], cluster, groups, current, up=False):
         _notify(c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining. {note} GPU node groups scale to 0.")
     return {"action": "drain", "serving": drained}
@@ -90,12 +102,12 @@ class Serving:
         self.pod_label: str = spec["pod_label"]
         self.name: str = spec["disaggregated_set"]
         self.replicas: dict[str, int] = {r["name"]: int(r["replicas"]) for r in spec["roles"]}
-        self._connect = connect
+        self.connect = connect
 
     def drain(self, wait_seconds: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[str, str]:
         """Scale every role to 0 and wait for their pods; (outcome, sentence for the notification)."""
         try:
-            api = self._connect()
+            api = self.connect()
             found = api.scale_roles(self.namespace, self.name, dict.fromkeys(self.replicas, 0))
         except Exception as exc:  # the node groups must scale whatever the API does
             return "failed", (
@@ -124,7 +136,7 @@ class Serving:
     def restore(self) -> tuple[str, str]:
         """Scale every role back to its plan replicas; (outcome, sentence for the notification)."""
         try:
-            api = self._connect()
+            api = self.connect()
             found = api.scale_roles(self.namespace, self.name, self.replicas)
         except Exception as exc:  # the nodes are coming up either way
             return "failed", f"Serving objects NOT restored: {exc}. Restore by hand: {self._kubectl(None)}."
@@ -138,9 +150,86 @@ class Serving:
         return f"kubectl -n {self.namespace} patch disaggregatedset {self.name} --type=json -p '{patch}'"
 
 
-def _wait_seconds(env: Any, context: Any) -> float:
-    """The drain's pod wait, never longer than this invocation has left after the node group calls."""
-    wait = float(env["DRAIN_WAIT_SECONDS"])
+def place(
+    ec2: Any,
+    connect: Callable[[], kube_api.KubeApi],
+    spec: dict[str, Any],
+    wait_seconds: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[str, str]:
+    """Wait until every planned GPU node has joined and EC2 reports its topology, then label each Node with
+    the role pdkit/placement.py chooses; (outcome, sentence for the notification). Never raises: serving
+    is restored after this whatever it answers."""
+    counts: dict[str, int] = spec["nodes"]
+    role_label: str = spec["role_label"]
+    selector = f"{role_label} in ({','.join(counts)})"
+    planned = sum(counts.values())
+    deadline = clock() + wait_seconds
+    try:
+        api = connect()
+        while True:
+            joined = [n for n in api.nodes(selector) if n["instance_id"]]
+            complete = all(sum(n["labels"].get(role_label) == role for n in joined) >= count for role, count in counts.items())
+            paths = _topology(ec2, [n["instance_id"] for n in joined]) if complete else {}
+            remaining = deadline - clock()
+            # EC2 may not report a just-launched instance's topology yet: wait for it too, then place with what there is.
+            if complete and (all(paths.get(n["instance_id"]) for n in joined) or remaining <= 0):
+                break
+            if remaining <= 0:
+                return "late", (
+                    f"Only {len(joined)} of {planned} planned GPU nodes joined within {round(wait_seconds)} s: serving is restored "
+                    "without placement (each pod prefers its node group's role). Once every node has joined: "
+                    "pdkit topology --assign (pods already running keep their nodes until they restart)."
+                )
+            sleep(min(POLL_SECONDS, remaining))
+        nodes = [
+            GpuNode(
+                instance_id=n["instance_id"],
+                role=n["labels"].get(role_label, "?"),
+                node_group=n["labels"].get(NODEGROUP_LABEL, "?"),
+                state="running",
+                availability_zone=n["labels"].get(ZONE_LABEL, "?"),
+                reservation_id=None,
+                network_nodes=paths.get(n["instance_id"], ()),
+            )
+            for n in joined
+        ]
+        chosen = placement.choose(counts, nodes)
+        name_of = {n["instance_id"]: n["name"] for n in joined}
+        for role, ids in chosen.roles.items():
+            for instance_id in ids:
+                api.label_node(name_of[instance_id], {placement.PLACED_ROLE_LABEL: role})
+    except Exception as exc:  # serving comes back either way; only the preference is lost
+        return "failed", (
+            f"Placement NOT applied: {exc}. Serving is restored without it (each pod prefers its node group's role); "
+            "label the nodes with pdkit topology --assign."
+        )
+    roles = "; ".join(f"{role} on {', '.join(ids) or 'none'}" for role, ids in chosen.roles.items())
+    warnings = "".join(f" WARN: {w}." for w in chosen.warnings)
+    return "placed", f"Placement from the instance topology: {roles} (labelled {placement.PLACED_ROLE_LABEL}).{warnings}"
+
+
+def _topology(ec2: Any, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    """Network nodes of each instance, top layer to bottom; an instance EC2 does not report yet is left out.
+    DescribeInstanceTopology pages at 20 instances by default and takes at most 100 ids per call
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-topology-examples.html)."""
+    paths: dict[str, tuple[str, ...]] = {}
+    for start in range(0, len(instance_ids), TOPOLOGY_BATCH):
+        request: dict[str, Any] = {"InstanceIds": instance_ids[start : start + TOPOLOGY_BATCH]}
+        while True:
+            page = ec2.describe_instance_topology(**request)
+            for item in page.get("Instances", []):
+                if item.get("NetworkNodes"):
+                    paths[item["InstanceId"]] = tuple(item["NetworkNodes"])
+            if not page.get("NextToken"):
+                break
+            request["NextToken"] = page["NextToken"]
+    return paths
+
+
+def _bounded(wait: float, context: Any) -> float:
+    """A wait, never longer than this invocation has left after the node group calls."""
     if context is not None:
         wait = min(wait, context.get_remaining_time_in_millis() / 1000 - RESERVE_SECONDS)
     return max(wait, 0.0)

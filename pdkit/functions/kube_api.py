@@ -104,6 +104,24 @@ class KubeApi:
         found = self._call("GET", f"/api/v1/namespaces/{_q(namespace)}/pods?{query}")
         return [item["metadata"]["name"] for item in found.get("items", [])]
 
+    def nodes(self, selector: str) -> list[dict[str, Any]]:
+        """Nodes matching a label selector: name, labels and the EC2 instance id of `spec.providerID`
+        (`aws:///<az>/<instance id>`), None while the node has not reported one."""
+        query = urllib.parse.urlencode({"labelSelector": selector})
+        found = self._call("GET", f"/api/v1/nodes?{query}")
+        return [
+            {
+                "name": item["metadata"]["name"],
+                "labels": item["metadata"].get("labels") or {},
+                "instance_id": (item.get("spec", {}).get("providerID") or "").rsplit("/", 1)[-1] or None,
+            }
+            for item in found.get("items", [])
+        ]
+
+    def label_node(self, name: str, labels: dict[str, str]) -> None:
+        """Merge-patch labels onto a Node (RFC 7386: the other labels stay as they are)."""
+        self._call("PATCH", f"/api/v1/nodes/{_q(name)}", {"metadata": {"labels": labels}}, content_type="application/merge-patch+json")
+
     def _call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self._bearer()}", "Accept": "application/json"}
         data = None

@@ -11,10 +11,17 @@ By then the previous block may have expired; refusing it would strand the stack 
 UPDATE_ROLLBACK_FAILED. So a failed check asks CloudFormation for the stack's status and lets the
 request through while the stack is rolling back (a StackStatus ending in ROLLBACK_IN_PROGRESS, as
 DescribeStacks spells them: https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_Stack.html).
+
+A block bought by this stack's purchase resource moments earlier (property ReservationFrom: purchase) may not
+be visible yet: the EC2 API is eventually consistent, a new id can be answered NotFound, and EC2 asks callers to
+repeat the Describe with an exponential backoff
+(https://docs.aws.amazon.com/ec2/latest/devguide/eventual-consistency.html). Only that id is waited for; a
+hand-entered id that EC2 does not know is a typo or the wrong region and is refused at once.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pdkit import reservation
@@ -23,10 +30,27 @@ from pdkit.functions import cfn_response
 # UPDATE_ROLLBACK_IN_PROGRESS, ROLLBACK_IN_PROGRESS and IMPORT_ROLLBACK_IN_PROGRESS. The cleanup
 # phases (UPDATE_*_CLEANUP_IN_PROGRESS) send only Delete, which always succeeds here.
 ROLLING_BACK = "ROLLBACK_IN_PROGRESS"
+# The property value that says the id comes from the purchase resource in the same stack (stacks/reservation_guard.py).
+FROM_PURCHASE = "purchase"
+NOT_FOUND = "InvalidCapacityReservationId.NotFound"
+# Seconds between Describe calls while a bought id propagates: 60 s in all, inside the function's 2-minute timeout.
+PROPAGATION_WAITS = (2.0, 4.0, 8.0, 16.0, 30.0)
+# Time kept after the last wait for one more Describe and the answer to CloudFormation: a handler that times out
+# never answers, and CloudFormation then waits an hour for the resource.
+ANSWER_RESERVE_SECONDS = 20.0
 
 
-def handler(event: dict[str, Any], context: Any, *, ec2: Any = None, cloudformation: Any = None, respond: Any = cfn_response.send) -> None:
+def handler(
+    event: dict[str, Any],
+    context: Any,
+    *,
+    ec2: Any = None,
+    cloudformation: Any = None,
+    respond: Any = cfn_response.send,
+    sleep: Any = time.sleep,
+) -> None:
     props = event["ResourceProperties"]
+    bought = props.get("ReservationFrom") == FROM_PURCHASE
     want = reservation.Expected(
         reservation_id=props["ReservationId"],
         instance_type=props["InstanceType"],
@@ -37,7 +61,11 @@ def handler(event: dict[str, Any], context: Any, *, ec2: Any = None, cloudformat
         respond(event, success=True, reason="nothing to clean up", physical_id=event.get("PhysicalResourceId", want.reservation_id))
         return
     try:
-        found = reservation.problems(_describe(want.reservation_id, ec2), want)
+        if bought:
+            block, waited = _describe_propagating(want.reservation_id, ec2, context, sleep)
+            found = reservation.problems(block, want) if block is not None else [_still_unknown(want.reservation_id, waited)]
+        else:
+            found = reservation.problems(_describe(want.reservation_id, ec2), want)
     except Exception as exc:  # any AWS failure must still answer CloudFormation, or the stack hangs for an hour
         found = [f"could not check reservation {want.reservation_id}: {exc}"]
     if not found:
@@ -79,17 +107,54 @@ def _stack_status(stack_id: str, cloudformation: Any) -> str:
     return status
 
 
-def _describe(reservation_id: str, ec2: Any) -> dict[str, Any] | None:
+def _still_unknown(reservation_id: str, waited: float) -> str:
+    return (
+        f"reservation {reservation_id}, bought by this stack's purchase resource, is still unknown to EC2 after {waited:g} s "
+        "(the EC2 API is eventually consistent): deploy again with `make deploy` in a few minutes; nothing is bought again "
+        "(the purchase resource never buys on Update)"
+    )
+
+
+def _describe_propagating(reservation_id: str, ec2: Any, context: Any, sleep: Any) -> tuple[dict[str, Any] | None, float]:
+    """The reservation, asking again with a growing wait while EC2 answers NotFound; (None, seconds waited) when it never shows."""
+    ec2 = ec2 or _ec2()
+    waited = 0.0
+    for wait in (*PROPAGATION_WAITS, None):
+        try:
+            return _describe(reservation_id, ec2, unknown=("InvalidCapacityReservationId.Malformed",)), waited
+        except ec2.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"] != NOT_FOUND:
+                raise
+        if wait is None or not _time_for(wait, context):
+            return None, waited
+        sleep(wait)
+        waited += wait
+    return None, waited
+
+
+def _time_for(wait: float, context: Any) -> bool:
+    """Whether the function can wait this long and still answer CloudFormation before its timeout."""
+    if context is None or not hasattr(context, "get_remaining_time_in_millis"):
+        return True
+    return bool(context.get_remaining_time_in_millis() / 1000 > wait + ANSWER_RESERVE_SECONDS)
+
+
+def _ec2() -> Any:
+    import boto3
+
+    return boto3.client("ec2")
+
+
+def _describe(
+    reservation_id: str, ec2: Any, *, unknown: tuple[str, ...] = (NOT_FOUND, "InvalidCapacityReservationId.Malformed")
+) -> dict[str, Any] | None:
     if reservation_id == reservation.PLACEHOLDER:
         return None
-    if ec2 is None:
-        import boto3
-
-        ec2 = boto3.client("ec2")
+    ec2 = ec2 or _ec2()
     try:
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     except ec2.exceptions.ClientError as exc:
-        if exc.response["Error"]["Code"] in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+        if exc.response["Error"]["Code"] in unknown:
             return None
         raise
     return found[0] if found else None

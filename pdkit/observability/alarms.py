@@ -6,6 +6,10 @@ the block are covered without redeploying (each node is a contributor of the ala
 Alarms that only make sense while a block is serving are gated with the block clock: they wait out
 the start-up budget of the plan and stop before the drain.
 https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Create_Metrics_Insights_Alarm.html
+
+An on-demand rehearsal has no block and so no block clock (no function publishes it): the block-ending alarm and
+the clock's pipeline alarm are left out, and the healthy-replica alarms wait the same grace as consecutive
+minutes instead of reading a clock that would never report.
 """
 
 from __future__ import annotations
@@ -64,6 +68,11 @@ class Alarm:
 
 def function_name(plan: Plan, purpose: Purpose) -> str:
     return f"{plan.name}-{purpose}"
+
+
+def functions(plan: Plan) -> tuple[tuple[Purpose, str], ...]:
+    """The metric-publishing functions this plan deploys: no block clock without a block."""
+    return tuple(f for f in FUNCTIONS if plan.market == "capacity-block" or f[0] != "block-clock")
 
 
 def serving_grace_minutes(plan: Plan) -> int:
@@ -143,48 +152,12 @@ def alarms(plan: Plan) -> list[Alarm]:
             3,
             period=300,
         ),
-        Alarm(
-            "block-ending",
-            f"{name}-block-ending",
-            "capacity",
-            f"The Capacity Block ends in {plan.drain_lead_minutes} minutes or less: GPU node groups are draining to 0.",
-            "Save benchmark results and logs now; extend the block if you need more time (`pdkit capacity extend`).",
-            (
-                Query(
-                    "left",
-                    namespace=c.BLOCK_NAMESPACE,
-                    metric=c.BLOCK_MINUTES_LEFT,
-                    dimensions=(("CapacityReservationId", plan.reservation_id), ("ClusterName", plan.cluster_name)),
-                    stat="Minimum",
-                ),
-            ),
-            "LessThanOrEqualToThreshold",
-            plan.drain_lead_minutes,
-            1,
-            1,
-        ),
     ]
+    if plan.market == "capacity-block":
+        out.append(_block_ending(plan))
     grace = serving_grace_minutes(plan)
     for role in plan.roles.values():
-        out.append(
-            Alarm(
-                f"no-healthy-{role.name}",
-                f"{name}-no-healthy-{role.name}",
-                "serving",
-                f"The router sees no healthy {role.name} replica, {grace}+ minutes into the block (nodes joining + staging + start-up budget of the plan).",
-                f"`kubectl -n {plan.profile.serving.namespace} get lws,pods -L pdkit/role`; logs of the {role.name} leader pod.",
-                (
-                    _figure(plan, "healthy", "HealthyWorkers", role.name, "Minimum", return_data=False),
-                    _block(plan, "elapsed", c.BLOCK_MINUTES_ELAPSED),
-                    _block(plan, "left", c.BLOCK_MINUTES_LEFT),
-                    Query("gated", expression=f"IF(elapsed > {grace} AND left > {plan.drain_lead_minutes} AND healthy < 1, 1, 0)"),
-                ),
-                "GreaterThanOrEqualToThreshold",
-                1,
-                3,
-                3,
-            )
-        )
+        out.append(_no_healthy(plan, role.name, grace))
     out += [
         Alarm(
             "router-errors",
@@ -243,7 +216,7 @@ def alarms(plan: Plan) -> list[Alarm]:
                 EXPERT_IMBALANCE_MINUTES,
             )
         )
-    for purpose, what in FUNCTIONS:
+    for purpose, what in functions(plan):
         fn = function_name(plan, purpose)
         out.append(
             Alarm(
@@ -260,3 +233,61 @@ def alarms(plan: Plan) -> list[Alarm]:
             )
         )
     return out
+
+
+def _block_ending(plan: Plan) -> Alarm:
+    return Alarm(
+        "block-ending",
+        f"{plan.name}-block-ending",
+        "capacity",
+        f"The Capacity Block ends in {plan.drain_lead_minutes} minutes or less: GPU node groups are draining to 0.",
+        "Save benchmark results and logs now; extend the block if you need more time (`pdkit capacity extend`).",
+        (
+            Query(
+                "left",
+                namespace=c.BLOCK_NAMESPACE,
+                metric=c.BLOCK_MINUTES_LEFT,
+                dimensions=(("CapacityReservationId", plan.reservation_id), ("ClusterName", plan.cluster_name)),
+                stat="Minimum",
+            ),
+        ),
+        "LessThanOrEqualToThreshold",
+        plan.drain_lead_minutes,
+        1,
+        1,
+    )
+
+
+def _no_healthy(plan: Plan, role: str, grace: int) -> Alarm:
+    first_step = f"`kubectl -n {plan.profile.serving.namespace} get lws,pods -L pdkit/role`; logs of the {role} leader pod."
+    if plan.market == "on-demand":
+        return Alarm(
+            f"no-healthy-{role}",
+            f"{plan.name}-no-healthy-{role}",
+            "serving",
+            f"The router has seen no healthy {role} replica for {grace} minutes in a row "
+            "(nodes joining + staging + start-up budget of the plan; a rehearsal has no block clock to gate on).",
+            first_step,
+            (_figure(plan, "healthy", "HealthyWorkers", role, "Minimum"),),
+            "LessThanThreshold",
+            1,
+            grace,
+            grace,
+        )
+    return Alarm(
+        f"no-healthy-{role}",
+        f"{plan.name}-no-healthy-{role}",
+        "serving",
+        f"The router sees no healthy {role} replica, {grace}+ minutes into the block (nodes joining + staging + start-up budget of the plan).",
+        first_step,
+        (
+            _figure(plan, "healthy", "HealthyWorkers", role, "Minimum", return_data=False),
+            _block(plan, "elapsed", c.BLOCK_MINUTES_ELAPSED),
+            _block(plan, "left", c.BLOCK_MINUTES_LEFT),
+            Query("gated", expression=f"IF(elapsed > {grace} AND left > {plan.drain_lead_minutes} AND healthy < 1, 1, 0)"),
+        ),
+        "GreaterThanOrEqualToThreshold",
+        1,
+        3,
+        3,
+    )

@@ -120,25 +120,8 @@ def _expert_balance(plan: Plan) -> list[Widget]:
 def infrastructure(plan: Plan, *, alarm_arn_prefix: str) -> dict[str, Any]:
     gpus, efa = plan.instance.gpus, plan.efa_devices_per_node
     namespace = plan.profile.serving.namespace
-    widgets = [
-        _text(
-            f"# {plan.name}: infrastructure\n"
-            f"{plan.instance_count} x {plan.instance.name} on Capacity Block {plan.reservation_id} in {plan.block_az}; "
-            f"{gpus} GPUs and {efa} EFA devices per node. GPU nodes drain {plan.drain_lead_minutes} min before the block "
-            f"ends (EC2 warns at T-40, terminates at T-30).",
-            height=2,
-            width=24,
-        ),
-        _block_clock(plan),
-        _graph(
-            plan,
-            "Block active (1) and minutes elapsed",
-            [
-                _metric(c.BLOCK_NAMESPACE, c.BLOCK_ACTIVE, _block_dims(plan), label="active", yAxis="right"),
-                _metric(c.BLOCK_NAMESPACE, c.BLOCK_MINUTES_ELAPSED, _block_dims(plan), label="minutes elapsed"),
-            ],
-            stat="Maximum",
-        ),
+    widgets = [_text(f"# {plan.name}: infrastructure\n{_capacity_line(plan)}", height=2, width=24), *_block_widgets(plan)]
+    widgets += [
         _search_graph(plan, "GPU utilization per node (%)", "node_gpu_utilization", "Average"),
         _search_graph(plan, "GPU memory used per node (bytes)", "node_gpu_memory_used", "Average"),
         _search_graph(plan, "EFA received bytes/s per node", "node_efa_rx_bytes", "Average"),
@@ -247,6 +230,35 @@ def _figure_graph(
     hlines: list[tuple[str, float]] | None = None,
 ) -> Widget:
     return _graph(plan, title, _role_metrics(plan, figures, roles), stat=stat, hlines=hlines)
+
+
+def _capacity_line(plan: Plan) -> str:
+    per_node = f"{plan.instance.gpus} GPUs and {plan.efa_devices_per_node} EFA devices per node"
+    fleet = f"{plan.instance_count} x {plan.instance.name}"
+    if plan.market == "on-demand":
+        return f"{fleet} on demand in {plan.block_az}, rehearsing {plan.rehearses}; {per_node}. No block, so no block clock."
+    return (
+        f"{fleet} on Capacity Block {plan.reservation_id} in {plan.block_az}; {per_node}. "
+        f"GPU nodes drain {plan.drain_lead_minutes} min before the block ends (EC2 warns at T-40, terminates at T-30)."
+    )
+
+
+def _block_widgets(plan: Plan) -> list[Widget]:
+    """The block clock panels; an on-demand rehearsal has no block, and no function publishes its clock."""
+    if plan.market == "on-demand":
+        return []
+    return [
+        _block_clock(plan),
+        _graph(
+            plan,
+            "Block active (1) and minutes elapsed",
+            [
+                _metric(c.BLOCK_NAMESPACE, c.BLOCK_ACTIVE, _block_dims(plan), label="active", yAxis="right"),
+                _metric(c.BLOCK_NAMESPACE, c.BLOCK_MINUTES_ELAPSED, _block_dims(plan), label="minutes elapsed"),
+            ],
+            stat="Maximum",
+        ),
+    ]
 
 
 def _block_dims(plan: Plan) -> dict[str, str]:

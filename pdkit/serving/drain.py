@@ -87,6 +87,11 @@ def drain_plan(plan: Plan) -> DrainPlan:
     )
 
 
+def lifecycle_node_rbac_name(plan: Plan) -> str:
+    """Name of the ClusterRole, its binding and the admission policy that let the lifecycle function label Nodes."""
+    return f"{plan.name}-block-lifecycle-nodes"
+
+
 def lifecycle_rbac_name(plan: Plan) -> str:
     """Name of the Role and RoleBinding that let the lifecycle function scale serving."""
     return f"{plan.name}-block-lifecycle"

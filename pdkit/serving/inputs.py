@@ -47,7 +47,7 @@ class ServingInputs:
 
 
 def default_registry(plan: Plan) -> str:
-    return f"{plan.account or PLACEHOLDER_ACCOUNT}.dkr.ecr.{plan.region}.amazonaws.com"
+    return plan.image_registry(plan.account or PLACEHOLDER_ACCOUNT)
 
 
 def from_plan(

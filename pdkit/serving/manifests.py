@@ -125,6 +125,8 @@ def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
     objs += [router_deployment(plan, inputs), router_disruption_budget(plan), router_service(plan)]
     objs += [sglang_network_policy(plan), router_network_policy(plan)]
     objs += [block_lifecycle_role(plan), block_lifecycle_binding(plan)]
+    objs += [block_lifecycle_node_role(plan), block_lifecycle_node_binding(plan)]
+    objs += [block_lifecycle_node_policy(plan), block_lifecycle_node_policy_binding(plan)]
     return objs
 
 
@@ -423,6 +425,74 @@ def block_lifecycle_binding(plan: Plan) -> Obj:
         "metadata": _meta(plan, name, "block-lifecycle"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": drain.LIFECYCLE_GROUP}],
+    }
+
+
+def block_lifecycle_node_role(plan: Plan) -> Obj:
+    """Nodes are cluster-scoped, so labelling them with their placed role (pdkit/placement.py) needs a
+    ClusterRole: read and patch Nodes, nothing else. The admission policy below narrows `patch` to that label."""
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]
+    meta = _meta(plan, drain.lifecycle_node_rbac_name(plan), "block-lifecycle", namespaced=False)
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta, "rules": rules}
+
+
+def block_lifecycle_node_binding(plan: Plan) -> Obj:
+    name = drain.lifecycle_node_rbac_name(plan)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": _meta(plan, name, "block-lifecycle", namespaced=False),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": drain.LIFECYCLE_GROUP}],
+    }
+
+
+def block_lifecycle_node_policy(plan: Plan) -> Obj:
+    """RBAC cannot scope `patch` to one label, so a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1,
+    GA in Kubernetes 1.30: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/)
+    refuses any Node update by the lifecycle group that changes more than the `pdkit/placed-role` label, or
+    sets it to anything but a role. Its matchCondition limits it to that group's requests (request.userInfo.groups)."""
+    label = PLACED_ROLE_LABEL
+    roles = ", ".join(f"'{r}'" for r in plan.roles)
+    validations = [
+        {"expression": "object.spec == oldObject.spec", "message": "the block lifecycle may not change a Node's spec"},
+        {
+            "expression": "has(object.metadata.annotations) == has(oldObject.metadata.annotations) && "
+            "(!has(object.metadata.annotations) || object.metadata.annotations == oldObject.metadata.annotations)",
+            "message": "the block lifecycle may not change a Node's annotations",
+        },
+        {
+            "expression": "has(object.metadata.labels) && has(oldObject.metadata.labels) && "
+            f"object.metadata.labels.all(k, k == '{label}' || (k in oldObject.metadata.labels && "
+            "oldObject.metadata.labels[k] == object.metadata.labels[k])) && "
+            f"oldObject.metadata.labels.all(k, k == '{label}' || k in object.metadata.labels)",
+            "message": f"the block lifecycle may change no Node label but {label}",
+        },
+        {
+            "expression": f"!('{label}' in object.metadata.labels) || object.metadata.labels['{label}'] in [{roles}]",
+            "message": f"{label} must be one of {', '.join(plan.roles)}",
+        },
+    ]
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}]
+        },
+        "matchConditions": [{"name": "block-lifecycle", "expression": f"'{drain.LIFECYCLE_GROUP}' in request.userInfo.groups"}],
+        "validations": validations,
+    }
+    meta = _meta(plan, drain.lifecycle_node_rbac_name(plan), "block-lifecycle", namespaced=False)
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": meta, "spec": spec}
+
+
+def block_lifecycle_node_policy_binding(plan: Plan) -> Obj:
+    """A policy without a binding does nothing: Deny puts it in force."""
+    name = drain.lifecycle_node_rbac_name(plan)
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(plan, name, "block-lifecycle", namespaced=False),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
 
 

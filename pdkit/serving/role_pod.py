@@ -1,6 +1,7 @@
 """What a role's pod is, whoever runs it: the serving LeaderWorkerSets and `pdkit validate`'s checks for
 that role take their image, resources, security context and environment from here, so a validation
-pass on a role predicts that role's serving pods (issue 14, item 8).
+pass on a role predicts that role's serving pods (issue 14, item 8): UCCL-EP on decode, and Mooncake's
+transfer benchmark with prefill's pod as initiator and decode's as target (pdkit/fabric/manifests.py).
 
 Security: by default the pods run as the image's non-root user with every capability dropped, no
 privilege and the node's default seccomp profile (kubelet's: Unconfined unless seccompDefault is on),

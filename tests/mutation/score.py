@@ -22,7 +22,7 @@ MODULES: dict[str, list[str]] = {
     "pdkit.reservation": ["tests/test_reservation_rules.py", "tests/test_guard_rollback.py"],
     "pdkit.functions.reservation_guard": ["tests/test_guard_protocol.py", "tests/test_guard_rollback.py"],
     "pdkit.functions.block_clock": ["tests/test_block_clock.py", "tests/test_observability_functions.py"],
-    "pdkit.profile_files": ["tests/test_profile_errors.py"],
+    "pdkit.profile_files": ["tests/test_profile_errors.py", "tests/test_profile_fixes.py", "tests/test_profile_bounds.py"],
     "pdkit.serving.weights_manifest": ["tests/test_weights_verify.py", "tests/test_serving_weights.py", "tests/test_weights_cmd.py"],
 }
 # Modules of the list that a later change puts under mutation.
