@@ -5,7 +5,7 @@ import sys
 
 import aws_cdk as cdk
 
-from pdkit import plan, profile_files
+from pdkit import deployment
 from pdkit.errors import KitError
 from stacks.kit import build_kit
 
@@ -13,8 +13,7 @@ from stacks.kit import build_kit
 def main() -> None:
     app = cdk.App()
     try:
-        profile, path = profile_files.load(app.node.try_get_context("profile"))
-        the_plan = plan.build(profile, profile_path=path)
+        the_plan = deployment.load(app.node.try_get_context("profile"))
     except KitError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
+from pdkit import deployment, profile_files
 from pdkit import plan as plan_mod
-from pdkit import profile_files
 from pdkit.plan import Plan
 from pdkit.serving import names
 from pdkit.serving.environment import fabric_env
@@ -238,8 +238,7 @@ def all_cases() -> list[dict[str, Any]]:
     default_name = profile_files.default_profile_name()
     default_cases: list[dict[str, Any]] = []
     for name in profile_files.available_profiles():
-        loaded, path = profile_files.load(name)
-        the_plan = plan_mod.build(loaded, profile_path=path)
+        the_plan = deployment.load(name)
         found = plan_cases(name, the_plan)
         cases += found
         if name == default_name:

@@ -39,6 +39,10 @@ done
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bases="$(python3 containers/build_args.py "${image}" --bases)"
+if [[ -z "${bases}" ]]; then
+	echo "build: ${image}: containers/build_args.py --bases named no base image; check containers/versions.yaml" >&2
+	exit 1
+fi
 pins=()
 labels=()
 while read -r component base; do

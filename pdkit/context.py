@@ -13,10 +13,9 @@ from pdkit.plan import Plan
 
 
 def load_plan(ref: str | None) -> Plan:
-    from pdkit import plan, profile_files
+    from pdkit import deployment
 
-    profile, path = profile_files.load(ref)
-    return plan.build(profile, profile_path=path)
+    return deployment.load(ref)
 
 
 def aws_session(*, aws_profile: str | None, region: str) -> Any:

@@ -321,17 +321,12 @@ class Plan:
 
 
 def build(profile: Profile, *, profile_path: str | Path = "") -> Plan:
-    """Derive the plan, or raise ProfileError for the first impossible setting (RehearsalMismatch lists every
-    way a rehearsal differs from its block)."""
-    try:
-        plan = _build(profile, str(profile_path))
-        if plan.rehearses is not None:
-            from pdkit import rehearsal_rules  # it builds the block's plan with this module
+    """Derive the plan of one profile, or raise ProfileError for the first impossible setting.
 
-            block = rehearsal_rules.load_rehearsed(plan)
-            rehearsal_rules.check(plan, block)
-            plan = rehearsal_rules.adopt_block_images(plan, block)
-        return plan
+    A rehearsal is held to its block profile one layer up (pdkit/deployment.py), so the plan never
+    imports the serving renderers that compare them."""
+    try:
+        return _build(profile, str(profile_path))
     except ProfileError as err:
         raise err.with_source(str(profile_path)) from None
 

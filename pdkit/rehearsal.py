@@ -199,13 +199,25 @@ def steps(
     verify: Callable[[], tuple[bool, str]],
     startup: Callable[[Path], Path],
     pdkit: Sequence[str] = ("pdkit",),
+    admin_key_shell: str | None = None,
 ) -> list[Step]:
-    """The rehearsal in order: the existing make targets and pdkit commands, each run as the operator would."""
+    """The rehearsal in order: the existing make targets and pdkit commands, each run as the operator would.
+
+    The GPU nodes come up with serving held back: `pdkit validate` refuses to run beside serving pods
+    (they hold the GPUs and EFA devices), so serving is restored only after it, once SGLang's admin-key
+    Secret exists (the pods cannot start without it: runbooks/02-serve.md, Prerequisites 5)."""
     p = ["--profile", profile]
+    admin_key = (
+        [command_step("admin-key", "SGLang's admin-key Secret (created once)", ["sh", "-c", admin_key_shell], runner)]
+        if admin_key_shell
+        else []
+    )
     return [
         command_step("deploy", "make deploy (synth, deploy-check, cdk deploy)", ["make", "deploy", f"PROFILE={profile}"], runner),
-        command_step("nodes-up", "GPU node groups and serving up", [*pdkit, "nodes", "up", *p], runner),
+        command_step("nodes-up", "GPU node groups up, serving held back for validate", [*pdkit, "nodes", "up", *p, "--no-serving"], runner),
         command_step("validate", "fabric checks", [*pdkit, "validate", *p, "--out", str(out / "validate.json")], runner),
+        *admin_key,
+        command_step("serving-up", "serving restored on the validated nodes", [*pdkit, "nodes", "up", *p], runner),
         command_step("bench", "benchmark sweep", [*pdkit, "bench", *p, "--out", str(out / "bench")], runner),
         command_step(
             "report",

@@ -17,8 +17,7 @@ from aws_cdk.assertions import Template
 # On CI a skipped test fails: the hook is this conftest's (tests/no_skips.py, checked by tests/test_no_skips.py).
 from no_skips import pytest_runtest_makereport  # noqa: F401
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
+from pdkit import deployment, profile_files
 from pdkit.plan import Plan
 from stacks.kit import build_kit
 
@@ -48,10 +47,9 @@ class Kit:
 def synth(profile: dict[str, Any] | str | None = None, *, with_policy: bool = False) -> Kit:
     """Build the kit for a profile (a name, a raw dict or None for the default), without policy plugins."""
     if isinstance(profile, dict):
-        the_plan = plan_mod.build(profile_files.parse(profile), profile_path="<test>")
+        the_plan = deployment.build(profile_files.parse(profile), profile_path="<test>")
     else:
-        loaded, path = profile_files.load(profile)
-        the_plan = plan_mod.build(loaded, profile_path=path)
+        the_plan = deployment.load(profile)
     app = new_app()
     stacks = build_kit(app, the_plan, with_policy=with_policy)
     return Kit(app=app, plan=the_plan, stacks=stacks, assembly=app.synth())

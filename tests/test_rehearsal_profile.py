@@ -17,8 +17,8 @@ import pytest
 import yaml
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from pdkit import deployment, profile_files
 from pdkit import plan as plan_mod
-from pdkit import profile_files
 from pdkit.errors import KitError, ProfileError
 from pdkit.plan import STACKS
 from pdkit.rehearsal_rules import RehearsalMismatch
@@ -39,7 +39,7 @@ def _raw(name: str) -> dict[str, Any]:
 
 
 def _build(raw: dict[str, Any]) -> plan_mod.Plan:
-    return plan_mod.build(profile_files.parse(raw), profile_path=str(profile_files.resolve(REHEARSAL)))
+    return deployment.build(profile_files.parse(raw), profile_path=str(profile_files.resolve(REHEARSAL)))
 
 
 def _set(raw: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def test_on_demand_refuses_a_reservation(dotted, value, field):
 def test_only_a_rehearsal_names_a_block():
     raw = _set(_raw(BLOCK), "rehearses", BLOCK)
     with pytest.raises(ProfileError) as err:
-        plan_mod.build(profile_files.parse(raw), profile_path="<test>")
+        deployment.build(profile_files.parse(raw), profile_path="<test>")
     assert err.value.field == "rehearses"
     assert "only an on-demand rehearsal" in err.value.problem
 

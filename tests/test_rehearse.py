@@ -118,16 +118,50 @@ def test_steps_run_existing_targets_and_commands_in_order() -> None:
         ["make", "deploy"],
         ["pdkit", "nodes"],
         ["pdkit", "validate"],
+        ["pdkit", "nodes"],
         ["pdkit", "bench"],
         ["pdkit", "report"],
         ["pdkit", "timeline"],
         ["make", "destroy"],
     ]
     assert all(f"PROFILE={PROFILE}" in c or PROFILE in c for c in runner.calls)
-    assert "--capture" in runner.calls[5]
+    assert "--capture" in runner.calls[6]
     assert {o.step: o.detail for o in outcomes}["timeline"] == "wrote /tmp/r/timeline/startup.md"
     assert verified == [True]
     assert {o.state for o in outcomes} == {rehearsal.PASS}
+
+
+def test_validate_runs_before_serving_is_restored() -> None:
+    """`pdkit validate` refuses while sglang pods are Pending or Running (pdkit/fabric/validate.py,
+    ensure_serving_stopped) and `pdkit nodes up` restores serving unless `--no-serving`: so the nodes come
+    up with serving held back, validate runs, the admin-key Secret the SGLang pods need is made, and only
+    then is serving restored for the benchmark."""
+    runner, _verified = FakeRunner(), []
+    all_steps = rehearsal.steps(
+        profile=PROFILE, out=Path("/tmp/r"), runner=runner, verify=lambda: (True, ""), startup=lambda d: d, admin_key_shell="make-key"
+    )
+    rehearsal.run(all_steps, offer_teardown=lambda _f: True)
+    order = [" ".join(c[:3]) if c[0] != "sh" else "admin-key" for c in runner.calls]
+    first_up, validate = order.index("pdkit nodes up"), order.index("pdkit validate --profile")
+    assert "--no-serving" in runner.calls[first_up]
+    assert first_up < validate < order.index("admin-key") < order.index("pdkit bench --profile")
+    restore = [i for i, c in enumerate(runner.calls) if c[:3] == ["pdkit", "nodes", "up"] and "--no-serving" not in c]
+    assert restore
+    assert validate < restore[0] < order.index("pdkit bench --profile")
+    assert ["sh", "-c", "make-key"] in runner.calls
+
+
+def test_admin_key_step_creates_the_secret_only_when_missing() -> None:
+    """The pods read NAME-sglang-admin with optional: false; the step keeps an existing key (get || create)."""
+    from pdkit.commands.rehearse import admin_key_shell
+    from pdkit.context import load_plan
+
+    shell = admin_key_shell(load_plan(REHEARSAL))
+    get, create = shell.split(" || ")
+    assert get.startswith("kubectl -n pd-serving get secret ")
+    assert get.endswith("-sglang-admin >/dev/null 2>&1")
+    assert create.startswith("kubectl -n pd-serving create secret generic ")
+    assert create.endswith('--from-literal=admin-api-key="$(openssl rand -hex 32)"')
 
 
 def test_failing_step_stops_the_run_and_teardown_is_still_offered() -> None:
@@ -149,7 +183,7 @@ def test_declined_teardown_is_not_run() -> None:
     runner, verified = FakeRunner(failing="deploy"), []
     outcomes = rehearsal.run(_steps(runner, verified), offer_teardown=lambda _f: False)
     assert runner.calls == [["make", "deploy", f"PROFILE={PROFILE}"]]
-    assert [o.state for o in outcomes][1:] == [rehearsal.NOT_RUN] * 7
+    assert [o.state for o in outcomes][1:] == [rehearsal.NOT_RUN] * 8
     assert verified == []
 
 

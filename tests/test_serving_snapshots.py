@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
+from pdkit import deployment, profile_files
 from pdkit.serving import inputs, manifests
 
 
@@ -37,6 +36,5 @@ def snapshot_json(snapshot):
 
 @pytest.mark.parametrize("name", profile_files.available_profiles())
 def test_rendered_manifests(name, snapshot_json):
-    prof, path = profile_files.load(name)
-    the_plan = plan_mod.build(prof, profile_path=path)
+    the_plan = deployment.load(name)  # a rehearsal runs its block's images (pdkit/deployment.py)
     assert normalize(manifests.render(the_plan, inputs.from_plan(the_plan))) == snapshot_json

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         runner=runner,
         verify=verify,
         startup=lambda bundle_dir: rehearsal.write_startup(plan, bundle_dir, out / "report" / "startup.md"),
+        admin_key_shell=admin_key_shell(plan),
     )
     chosen = rehearsal.select(all_steps, from_step=args.from_step, only=[s for s in (args.only or "").split(",") if s])
     if any(s.name == "deploy" for s in chosen):
@@ -134,3 +135,15 @@ def show_checklist(args: argparse.Namespace, outcomes: list[Outcome]) -> int:
         return 0
     console.say(f"Resume from the failed step: {pdkit_command(args, f'rehearse --from-step {failed}')}")
     return 1
+
+
+def admin_key_shell(plan: Plan) -> str:
+    """Create SGLang's admin-key Secret unless it exists (the command of runbooks/02-serve.md, Prerequisites 5)."""
+    import shlex
+
+    from pdkit.serving import manifests, names
+
+    get = ["kubectl", "-n", names.namespace(plan), "get", "secret", manifests.admin_key_secret(plan)]
+    # The create command's last word holds `$(openssl rand -hex 32)` for the shell to expand: joined as is.
+    create = manifests.admin_key_command(plan)
+    return f"{shlex.join(get)} >/dev/null 2>&1 || {shlex.join(create[:-1])} {create[-1]}"
