@@ -3,7 +3,11 @@
 # `make mutation MODULE=pdkit.purchase`. Results stay in mutants/ (unchanged mutants are not re-run).
 
 MUTATION_MODULES := pdkit.purchase pdkit.reservation pdkit.functions.reservation_guard pdkit.functions.block_clock \
-	pdkit.profile_files pdkit.serving.weights_manifest
+	pdkit.profile_files pdkit.serving.weights_manifest pdkit.functions.block_lifecycle pdkit.serving.drain \
+	pdkit.serving.sglang_args pdkit.serving.router_args pdkit.serving.staging pdkit.plan
+# Of the plan, its validation rules and the network-interface layout (the estimates are not under mutation).
+PLAN_FUNCTIONS := _build _router _upstream_deepep_reach _role_images _pod_security _instance_type _model _zones \
+	_kubernetes _efa_devices _interfaces _weights _purchase _market _endpoint _role _mtp_pairing _node_total
 MODULE ?=
 MUTATION_JOBS ?= 2
 MUTATION_FAIL_UNDER ?= 90
@@ -12,7 +16,8 @@ MUTATION_FAIL_UNDER ?= 90
 
 mutation: setup ## Mutation testing (mutmut) of the critical modules; per-module score (MODULE=pdkit.x for one)
 	@mkdir -p build && for m in $(or $(MODULE),$(MUTATION_MODULES)); do \
-		start=$$SECONDS; mutmut run --max-children $(MUTATION_JOBS) "$$m.*" > build/mutmut-$$m.log 2>&1 \
+		case $$m in pdkit.plan) sel='$(foreach f,$(PLAN_FUNCTIONS),pdkit.plan.x_$(f)__mutmut_*)';; *) sel="$$m.*";; esac; \
+		start=$$SECONDS; set -f; mutmut run --max-children $(MUTATION_JOBS) $$sel > build/mutmut-$$m.log 2>&1 \
 			|| { tail -n 30 build/mutmut-$$m.log; echo "mutmut failed on $$m: build/mutmut-$$m.log"; exit 1; }; \
 		echo "mutmut: $$m in $$((SECONDS - start)) s (log: build/mutmut-$$m.log)"; done
 	python tests/mutation/score.py --fail-under $(MUTATION_FAIL_UNDER)

@@ -92,7 +92,7 @@ def raw_with() -> Callable[..., dict[str, Any]]:
             if value is None:
                 node.pop(leaf, None)
             else:
-                node[leaf] = value
+                node[leaf] = copy.deepcopy(value)  # a test that then edits raw must not edit the caller's (shared) value
         return raw
 
     return change

@@ -957,3 +957,98 @@ def test_a_reordered_disaggregated_set_is_refused_not_mis_scaled(env, the_plan):
     assert aws.run(TICK, kube)["serving"] == "failed"
     assert "test failed" in aws.messages[0]
     assert [e[0] for e in log] == ["nodegroup", "nodegroup"]
+
+
+# --- paths one step past the tested ones (mutation testing, issue 19) ----------------------------------
+
+
+def test_pods_that_cannot_be_listed_after_the_scale_still_free_the_nodes(env, the_plan):
+    """Scaled to 0, but the pod listing is refused (a Role without list on pods: the API server answers 403,
+    https://kubernetes.io/docs/reference/access-authn-authz/rbac/): reported as unconfirmed, and the node groups go."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log), Aws(log)
+    kube.role = {"rules": [r for r in kube.role["rules"] if "pods" not in r["resources"]]}
+    aws.ending_in(50)
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(TICK, kube) == {"action": "drain", "serving": "unconfirmed"}
+    assert kube.replicas == {"prefill": 0, "decode": 0}
+    assert [e[0] for e in log] == ["patch", "patch", "nodegroup", "nodegroup"]
+    (message,) = aws.messages
+    ds = names.disaggregated_set(the_plan)
+    assert f"Serving scaled to 0 ({ds} prefill, {ds} decode), but its pods could not be listed: " in message
+    assert "HTTP 403" in message
+
+
+def test_delivered_before_the_serving_stack_restores_nothing_and_says_what_to_deploy(env, the_plan):
+    """No DisaggregatedSet yet (the API server answers 404 to the patch): serving is 'partial', not an error."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, present=False), Aws(log)
+    _joined(kube)
+    aws.nodegroups(current=0, target=2)
+    aws.topology(PATHS)
+    aws.notified()
+    assert aws.run(DELIVERED, kube) == {"action": "scale-up", "placement": "placed", "serving": "partial"}
+    (message,) = aws.messages
+    ds = names.disaggregated_set(the_plan)
+    assert f"No DisaggregatedSet {ds} in {names.namespace(the_plan)}; deploy the serving stack." in message
+
+
+def test_topology_follows_next_token_and_batches_of_100_ids():
+    """DescribeInstanceTopology takes at most 100 instance ids per call and pages with NextToken
+    (EC2 API reference, DescribeInstanceTopology: InstanceIds 'Maximum 100', NextToken); an instance
+    without NetworkNodes is left out (it is not placed on a guess)."""
+    ec2 = _client("ec2")
+    stub = Stubber(ec2)
+    ids = [f"i-{n:017x}" for n in range(101)]
+
+    def item(i, nodes=True):
+        return {"InstanceId": i, "InstanceType": "p5en.48xlarge", **({"NetworkNodes": ["nn-a", i]} if nodes else {})}
+
+    stub.add_response("describe_instance_topology", {"Instances": [item(ids[0])], "NextToken": "t1"}, {"InstanceIds": ids[:100]})
+    stub.add_response(
+        "describe_instance_topology",
+        {"Instances": [item(ids[1]), item(ids[2], nodes=False)]},
+        {"InstanceIds": ids[:100], "NextToken": "t1"},
+    )
+    stub.add_response("describe_instance_topology", {"Instances": [item(ids[100])]}, {"InstanceIds": ids[100:]})
+    with stub:
+        paths = block_lifecycle._topology(ec2, ids)
+    stub.assert_no_pending_responses()
+    assert paths == {i: ("nn-a", i) for i in (ids[0], ids[1], ids[100])}
+
+
+def test_the_runbook_drain_commands_are_the_lifecycles_patch(the_plan):
+    """runbooks/02-serve.md and `pdkit nodes` print these: the same JSON patch the function sends (RFC 6902 with
+    a `test` per role), then `kubectl wait --for=delete` on the DisaggregatedSet's pods, bounded by the same wait."""
+    plan = drain.drain_plan(the_plan)
+    ds, ns = names.disaggregated_set(the_plan), names.namespace(the_plan)
+
+    def patched(counts):
+        return [
+            "kubectl",
+            "-n",
+            ns,
+            "patch",
+            "disaggregatedset",
+            ds,
+            "--type=json",
+            "-p",
+            json.dumps(kube_api.roles_patch(counts), separators=(",", ":")),
+        ]
+
+    assert plan.kubectl_scale_down() == [patched({"prefill": 0, "decode": 0})]
+    assert plan.kubectl_restore() == [patched({"prefill": 1, "decode": 1})]
+    assert plan.kubectl_wait_gone() == [
+        ["kubectl", "-n", ns, "wait", "--for=delete", "pod", "-l", f"{names.DS_NAME_LABEL}={ds}", "--timeout=10m"]
+    ]
+    assert plan.lifecycle_environment()["DRAIN_WAIT_SECONDS"] == "600"
+
+
+def test_the_function_builds_its_ec2_eks_and_sns_clients_from_the_lambda_environment(monkeypatch):
+    """Lambda sets AWS_REGION and the role's credentials in the environment (Lambda developer guide, defined runtime
+    environment variables), so each client is boto3.client(service) with nothing else."""
+    made: list[tuple] = []
+    monkeypatch.setattr(boto3, "client", lambda *a, **kw: made.append((a, kw)) or f"client:{a[0]}")
+    assert block_lifecycle._clients() == {"ec2": "client:ec2", "eks": "client:eks", "sns": "client:sns"}
+    assert made == [(("ec2",), {}), (("eks",), {}), (("sns",), {})]

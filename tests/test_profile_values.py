@@ -1,6 +1,6 @@
 """Values the profile sets reach the templates: checked with ONE non-default profile, so an implementation that
-hard-codes the default (10.0.0.0/16, 365 days, T-60, the block in eu-south-2a, 2 system nodes, 1 NAT gateway)
-fails here. The tests named "... from the profile" elsewhere synthesize only the default profile.
+hard-codes the default (10.0.0.0/16, 365 days, T-60, the block in eu-south-2a, 2 system nodes, 1 NAT gateway,
+the deployment name glm51-2p2d, the placeholder reservation cr-00000000000000000, p5en's 16 EFA devices) fails here. The tests named "... from the profile" elsewhere synthesize only the default profile.
 
 One synth for the whole module (each costs ~15 s of CPU): every non-default value sits in NON_DEFAULT.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import json
 from typing import Any
 
 import pytest
@@ -17,7 +18,11 @@ import yaml
 from pdkit import profile_files
 from tests.conftest import Kit, synth
 
+NAME = "other-pd"
+RESERVATION = "cr-0123456789abcdef0"
 NON_DEFAULT: dict[str, dict[str, Any]] = {
+    # p5e: the same 8 x H200 as p5en, with 32 network cards and EFA devices instead of 16.
+    "capacity": {"reservation_id": RESERVATION, "instance_type": "p5e.48xlarge"},
     "aws": {"availability_zone": "eu-south-2b"},
     "network": {"vpc_cidr": "10.42.0.0/16", "flow_log_retention_days": 90, "nat_gateways": 2},
     "cluster": {"log_retention_days": 30, "system_nodes": {"instance_type": "m7i.4xlarge", "count": 3}},
@@ -30,6 +35,7 @@ def other() -> Kit:
     raw = yaml.safe_load(profile_files.resolve(None).read_text())
     for section, values in NON_DEFAULT.items():
         raw.setdefault(section, {}).update(copy.deepcopy(values))
+    raw["name"] = NAME
     return synth(raw)
 
 
@@ -47,6 +53,9 @@ def test_the_profile_really_differs_from_the_default(other, kit):
     assert mine.aws.availability_zone != default.aws.availability_zone
     assert mine.cluster.system_nodes.count != default.cluster.system_nodes.count
     assert mine.network.nat_gateways != default.network.nat_gateways
+    assert mine.name != default.name
+    assert mine.capacity.reservation_id != default.capacity.reservation_id
+    assert mine.capacity.instance_type != default.capacity.instance_type
 
 
 def test_vpc_and_every_subnet_use_the_profiles_cidr(other):
@@ -70,7 +79,7 @@ def test_control_plane_log_retention_comes_from_the_profile(other):
     groups = [
         g["Properties"]
         for g in _resources(other, "cluster", "AWS::Logs::LogGroup").values()
-        if g["Properties"].get("LogGroupName") == f"/aws/eks/{other.plan.cluster_name}/cluster"
+        if g["Properties"].get("LogGroupName") == f"/aws/eks/{NAME}/cluster"
     ]
     assert [g["RetentionInDays"] for g in groups] == [30]
 
@@ -111,3 +120,48 @@ def test_system_nodes_come_from_the_profile(other):
 
 def test_nat_gateways_come_from_the_profile(other):
     assert len(_resources(other, "network", "AWS::EC2::NatGateway")) == 2
+
+
+def _lifecycle_env(kit: Kit) -> dict[str, str]:
+    (fn,) = [
+        f["Properties"]
+        for f in _resources(kit, "capacity", "AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler") == "pdkit.functions.block_lifecycle.handler"
+    ]
+    return dict(fn["Environment"]["Variables"])
+
+
+def test_the_profiles_reservation_is_targeted_watched_and_drained(other):
+    """The launch template's CapacityReservationTarget (EC2 LaunchTemplateData, CapacityReservationSpecification),
+    the EventBridge rule's detail.capacity-reservation-id (EC2 Capacity Block events) and the lifecycle function all
+    name the profile's block (tests/test_capacity.py checks them only with the placeholder id)."""
+    (lt,) = _resources(other, "capacity", "AWS::EC2::LaunchTemplate").values()
+    target = lt["Properties"]["LaunchTemplateData"]["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert target == {"CapacityReservationId": RESERVATION}
+    rules = [r["Properties"].get("EventPattern", {}) for r in _resources(other, "capacity", "AWS::Events::Rule").values()]
+    assert [RESERVATION] in [p.get("detail", {}).get("capacity-reservation-id") for p in rules]
+    assert _lifecycle_env(other)["RESERVATION_ID"] == RESERVATION
+
+
+def test_cluster_and_node_group_names_come_from_the_profiles_name(other):
+    """AWS::EKS::Cluster Name and the GPU node groups the lifecycle function scales (NODE_GROUPS) carry the
+    deployment name (tests/test_capacity.py and tests/test_cluster.py check them only as glm51-2p2d)."""
+    (cluster,) = _resources(other, "cluster", "AWS::EKS::Cluster").values()
+    assert cluster["Properties"]["Name"] == NAME
+    assert json.loads(_lifecycle_env(other)["NODE_GROUPS"]) == {f"{NAME}-decode": 2, f"{NAME}-prefill": 2}
+    names = sorted(g["Properties"]["NodegroupName"] for g in _resources(other, "capacity", "AWS::EKS::Nodegroup").values())
+    assert names == [f"{NAME}-decode", f"{NAME}-prefill"]
+
+
+def test_instance_type_and_its_efa_layout_come_from_the_profile(other):
+    """The launch template carries the profile's instance type (Capacity Blocks take it there) and one EFA-only
+    interface per network card of that type: p5e.48xlarge has 32 (EC2 User Guide, efa-acc-inst-types: primary ENA at
+    card 0 device 0, EFA-only at card 0 device 1 and device 0 of every other card); tests/test_capacity.py checks
+    only p5en's 16."""
+    (lt,) = _resources(other, "capacity", "AWS::EC2::LaunchTemplate").values()
+    data = lt["Properties"]["LaunchTemplateData"]
+    assert data["InstanceType"] == "p5e.48xlarge"
+    nics = data["NetworkInterfaces"]
+    assert len([n for n in nics if n["InterfaceType"] == "efa-only"]) == 32
+    assert sorted({n["NetworkCardIndex"] for n in nics}) == list(range(32))
+    assert len({(n["NetworkCardIndex"], n["DeviceIndex"]) for n in nics}) == len(nics) == 33

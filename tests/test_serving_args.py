@@ -345,3 +345,61 @@ def test_router_dp_aware_follows_decode_attention_dp(seed):
     assert seed.decode.attn_dp > 1
     assert seed.router.dp_aware is True
     assert "--dp-aware" in router_args.router_argv(seed)
+
+
+# --- renderings one step past the seed's (mutation testing, issue 19) -------------------------------------
+
+
+def _no_a2a(raw_with, **parallelism):
+    """The seed's prefill without a MoE all-to-all backend (SGLang's own, non-DeepEP MoE path)."""
+    raw = raw_with("roles.prefill.parallelism", {"tp": 8, "pp": 2, "attn_cp": 8, "moe_a2a_backend": "none", **parallelism})
+    return launch_argv(build(raw), "prefill")
+
+
+def test_expert_parallel_without_deepep_is_spelled_ep_size(raw_with):
+    """SGLang 0.5.23 `--ep-size EP_SIZE` (conformance/help/sglang-0.5.23-launch_server.txt); DeepEP sizes EP from TP
+    itself, so the flag appears only without it, and only when EP > 1."""
+    assert contains(_no_a2a(raw_with, ep=8), "--cp-strategy", "interleave", "--ep-size", "8", "--context-length")
+    assert "--ep-size" not in _no_a2a(raw_with, ep=1)
+    assert "--moe-a2a-backend" not in _no_a2a(raw_with, ep=8)
+    assert "--ep-size" not in launch_argv(load(None), "decode"), "DeepEP: no --ep-size"
+
+
+def test_two_batch_overlap_is_rendered_when_the_profile_asks(raw_with):
+    """SGLang 0.5.23 `--enable-two-batch-overlap`, a bare switch, on the role that asks for it only."""
+    plan = build(raw_with("roles.decode.two_batch_overlap", True))
+    assert launch_argv(plan, "decode").count("--enable-two-batch-overlap") == 1
+    assert "--enable-two-batch-overlap" not in launch_argv(plan, "prefill")
+
+
+def test_a_graph_cap_without_a_decode_list_is_the_per_phase_max_flag(raw_with):
+    """A role with no decode batch-size list (prefill) renders its cuda_graph_max_bs as 0.5.23's
+    `--cuda-graph-max-bs-decode N` (the unsuffixed --cuda-graph-max-bs is ambiguous there: REJECTED_SPELLINGS)."""
+    plan = build(raw_with("roles.prefill.cuda_graph_max_bs", 16))
+    assert plan.prefill.decode_graph_bs == ()
+    argv = launch_argv(plan, "prefill")
+    assert flag(argv, "--cuda-graph-max-bs-decode") == "16"
+    assert "--cuda-graph-bs-decode" not in argv
+
+
+def test_router_listens_on_the_pod_ip_at_the_ports_its_service_targets(seed):
+    """The Service and the scraper reach the router at the pod IP, so it binds 0.0.0.0 (smg 1.13.0 --host /
+    --prometheus-host, conformance/help/smg-1.13.0-launch_router.txt); the ports are the ones the router
+    Deployment's containerPorts and Service name (manifests.py), and /health is SGLang's own health route
+    (the same path the SGLang pods' probes use)."""
+    argv = router_args.router_argv(seed)
+    assert flag(argv, "--host") == "0.0.0.0"  # noqa: S104 - asserting the bind address
+    assert flag(argv, "--prometheus-host") == "0.0.0.0"  # noqa: S104 - asserting the bind address
+    assert flag(argv, "--port") == "8000" == str(router_args.ROUTER_PORT)
+    assert flag(argv, "--prometheus-port") == "29000" == str(router_args.ROUTER_METRICS_PORT)
+    assert flag(argv, "--health-check-endpoint") == "/health"
+
+
+def test_router_wait_covers_start_up_and_at_least_the_staging_grace(seed):
+    """The router gives up on workers after --worker-startup-timeout-secs: it must cover the server start-up
+    budget plus staging, and never less than STAGING_GRACE_MINUTES of staging (the estimate can be low)."""
+    waited = int(flag(router_args.router_argv(seed), "--worker-startup-timeout-secs"))
+    budget, staging = seed.estimates.startup_budget_minutes, seed.estimates.staging_minutes
+    assert waited >= (budget + router_args.STAGING_GRACE_MINUTES) * 60
+    assert waited >= (budget + staging) * 60
+    assert waited < (budget + staging + router_args.STAGING_GRACE_MINUTES) * 60, "the grace is a floor, not added on top"

@@ -301,3 +301,18 @@ def test_staging_cli_opens_shared_dirs_before_it_stages(tmp_path, monkeypatch):
     assert code == 0
     assert calls
     assert shared.stat().st_mode & 0o7777 == 0o1777
+
+
+@pytest.mark.parametrize("marker", ['{"manifest_sha256": "' + "0" * 64 + '"}', "[]", "{not json"])
+def test_a_marker_of_another_manifest_or_garbage_is_no_shortcut(s3, imported, tmp_path, marker):
+    """The shortcut trusts only a marker naming this manifest's digest (a new revision's manifest differs): any
+    other marker, or one that is not a JSON object, makes staging hash what is there and re-fetch what differs."""
+    dest = tmp_path / "glm"
+    run_stage(s3, dest)
+    (dest / "config.json").write_bytes(b"x" * len(FILES["config.json"]))  # same size, wrong bytes
+    (dest / MARKER).write_text(marker)
+    s3.downloads.clear()
+    result = run_stage(s3, dest)
+    assert not result.skipped
+    assert s3.downloads == [PREFIX + "config.json"]
+    assert json.loads((dest / MARKER).read_text())["manifest_sha256"] == imported.digest()
