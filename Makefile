@@ -73,7 +73,7 @@ pin-digests: setup ## Resolve base-image tags in containers/versions.yaml to dig
 diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
 	$(CDK) diff --all
 
-# Synthesize once, check what would roll GPU nodes inside a Capacity Block against that assembly (pdkit/deploy_check.py),
+# Synthesize once, check what would roll GPU nodes inside a Capacity Block against that assembly (pdkit/ops/deploy_check.py),
 # then deploy exactly the checked assembly.
 deploy: setup ## cdk deploy every stack of PROFILE, after `pdkit deploy-check` (needs AWS credentials; see runbooks/)
 	$(CDK) synth --quiet

@@ -21,14 +21,15 @@ from typing import Any
 
 import yaml
 
-from pdkit import deployment, profile_files
-from pdkit import plan as plan_mod
-from pdkit.plan import Plan
-from pdkit.serving import names
-from pdkit.serving.environment import fabric_env
-from pdkit.serving.inputs import from_plan
-from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PACKAGE, ROUTER_VERSION, router_argv
-from pdkit.serving.sglang_args import EXPERT_BALANCEDNESS_REPORT, SGLANG_PORT, SGLANG_VERSION, launch_argv, role_env
+from pdkit import deployment
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import Plan
+from pdkit.render.serving import names
+from pdkit.render.serving.environment import fabric_env
+from pdkit.render.serving.inputs import from_plan
+from pdkit.render.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PACKAGE, ROUTER_VERSION, router_argv
+from pdkit.render.serving.sglang_args import EXPERT_BALANCEDNESS_REPORT, SGLANG_PORT, SGLANG_VERSION, launch_argv, role_env
 
 HERE = Path(__file__).resolve().parent
 MODELS = HERE / "models"

@@ -1,5 +1,5 @@
 import sys
 
-from pdkit.cli import main
+from pdkit.cli.main import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""The plan a profile deploys: pdkit.plan derives it; a rehearsal (`rehearses:`) is then held to its block
+"""The plan a profile deploys: pdkit.model.plan derives it; a rehearsal (`rehearses:`) is then held to its block
 profile and runs the block's images (pdkit/rehearsal_rules.py). This sits above both, so the plan does
 not import the serving renderers the comparison needs. Every entry point that turns a profile into a
 deployment (`cdk synth`, the CLI, conformance) builds through here."""
@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdkit import plan as planning
-from pdkit import profile_files, rehearsal_rules
+from pdkit import rehearsal_rules
 from pdkit.errors import ProfileError
-from pdkit.plan import Plan
-from pdkit.profile import Profile
+from pdkit.model import plan as planning
+from pdkit.model import profile_files
+from pdkit.model.plan import Plan
+from pdkit.model.profile import Profile
 
 
 def build(profile: Profile, *, profile_path: str | Path = "") -> Plan:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from pdkit.errors import KitError, ProfileError, short
 
 if TYPE_CHECKING:
-    from pdkit.plan import Plan
-    from pdkit.profile import Role
+    from pdkit.model.plan import Plan
+    from pdkit.model.profile import Role
 
 
 class RehearsalMismatch(KitError):
@@ -41,8 +41,8 @@ def rehearsed_ref(rehearses: str, profile_path: str) -> str:
 
 def load_rehearsed(plan: Plan) -> Plan:
     """The plan of the block profile `plan` rehearses."""
-    from pdkit import plan as planning
-    from pdkit import profile_files
+    from pdkit.model import plan as planning
+    from pdkit.model import profile_files
 
     assert plan.rehearses is not None
     profile, path = profile_files.load(rehearsed_ref(plan.rehearses, plan.profile_path))
@@ -50,8 +50,8 @@ def load_rehearsed(plan: Plan) -> Plan:
 
 
 def _kinds(plan: Plan) -> list[str]:
-    from pdkit.serving.inputs import ServingInputs
-    from pdkit.serving.manifests import render
+    from pdkit.render.serving.inputs import ServingInputs
+    from pdkit.render.serving.manifests import render
 
     inputs = ServingInputs(
         image="image",

@@ -10,8 +10,8 @@ from aws_cdk import aws_imagebuilder as imagebuilder
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from pdkit import ami
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
+from pdkit.render import ami
 from stacks.policy import acknowledge
 
 # Image Builder drives the instance through the SSM agent and streams build logs under /aws/imagebuilder/.
@@ -56,7 +56,7 @@ class ImageBuilderHost(Construct):
             self,
             "Infrastructure",
             name=f"{plan.name}-gpu-node-builder",
-            description=f"{plan.name}: builds and tests the GPU node image without a GPU (pdkit/ami.py)",
+            description=f"{plan.name}: builds and tests the GPU node image without a GPU (pdkit/render/ami.py)",
             instance_profile_name=self.instance_profile.instance_profile_name,
             instance_types=list(ami.BUILDER_INSTANCE_TYPES),
             subnet_id=subnet.subnet_id,

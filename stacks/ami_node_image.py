@@ -12,8 +12,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pdkit import ami
-from pdkit.plan import Plan, RolePlan
+from pdkit.model.plan import Plan, RolePlan
+from pdkit.render import ami
 
 
 @dataclass(frozen=True)

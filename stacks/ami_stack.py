@@ -2,7 +2,7 @@
 AMI of the cluster's Kubernetes version, that publishes each encrypted AMI as a promotion candidate.
 
 Builds start by hand (`aws imagebuilder start-image-pipeline-execution`, runbooks/05-node-image.md); a
-build never moves nodes: only promotion to pdkit.ami.image_parameter() does, at the next deploy of the
+build never moves nodes: only promotion to pdkit.render.ami.image_parameter() does, at the next deploy of the
 capacity stack with `ami.source: custom`. The stack exists for every profile (the switch is the
 launch template's image source, not this stack).
 """
@@ -17,8 +17,8 @@ from aws_cdk import aws_imagebuilder as imagebuilder
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from pdkit import ami
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
+from pdkit.render import ami
 from stacks.ami_builder import ImageBuilderHost
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.network_stack import NetworkStack
@@ -51,7 +51,7 @@ class AmiStack(cdk.Stack):
             name: imagebuilder.CfnComponent(
                 self,
                 f"{name.title().replace('-', '')}Component",
-                # Components are immutable: a changed document gets a new name (see pdkit.ami.recipe_fingerprint).
+                # Components are immutable: a changed document gets a new name (see pdkit.render.ami.recipe_fingerprint).
                 name=f"{plan.name}-{name}-{ami.component_fingerprint(name)}",
                 version="1.0.0",
                 platform="Linux",

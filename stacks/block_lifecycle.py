@@ -1,11 +1,11 @@
 """Block lifecycle automation: scale GPU node groups up when the block is delivered and to 0 at
 T-minus the drain lead (from the reservation's current end date), with notifications. Before the
 node groups go to 0 it scales the DisaggregatedSet's roles to 0 through the Kubernetes API, so the serving
-PodDisruptionBudgets never hold the drain (pdkit/serving/drain.py); at delivery it waits for the GPU
-nodes to join, labels each with its role from the instance topology (pdkit/placement.py), then
+PodDisruptionBudgets never hold the drain (pdkit/render/serving/drain.py); at delivery it waits for the GPU
+nodes to join, labels each with its role from the instance topology (pdkit/model/placement.py), then
 restores them. The function reaches the private API endpoint from the VPC (cluster security group
 ingress on 443) as the Kubernetes group of its access entry, which the serving objects bind to a
-namespaced Role and a ClusterRole that may only label the Nodes (pdkit/serving/manifests.py).
+namespaced Role and a ClusterRole that may only label the Nodes (pdkit/render/serving/manifests.py).
 Runtime code: pdkit/functions/block_lifecycle.py and pdkit/functions/kube_api.py."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from pdkit import placement, reservation
-from pdkit.plan import Plan
-from pdkit.serving import drain
+from pdkit.model import placement, reservation
+from pdkit.model.plan import Plan
+from pdkit.render.serving import drain
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
 
@@ -62,7 +62,14 @@ class BlockLifecycle(Construct):
             self,
             "Function",
             handler="pdkit.functions.block_lifecycle.handler",
-            modules=("reservation.py", "topology.py", "placement.py", "functions/block_lifecycle.py", "functions/kube_api.py"),
+            modules=(
+                "model/reservation.py",
+                "model/topology.py",
+                "model/placement.py",
+                "render/serving/scale.py",
+                "functions/block_lifecycle.py",
+                "functions/kube_api.py",
+            ),
             description=f"{plan.name}: scale GPU node groups at Capacity Block start and drain before its end",
             vpc=vpc,
             key=key,

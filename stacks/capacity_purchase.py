@@ -13,13 +13,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from pdkit.plan import Plan, PurchasePlan
-from pdkit.purchase import PURCHASE_TAG
+from pdkit.model.plan import Plan, PurchasePlan
+from pdkit.ops.purchase import PURCHASE_TAG
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
 
 # A handler that times out never answers, and CloudFormation then waits an hour for the custom resource. The
-# worst case: reads (51 s each at worst, pdkit.client_config.READS), the dry run and the purchase (70 s each,
+# worst case: reads (51 s each at worst, pdkit.ops.client_config.READS), the dry run and the purchase (70 s each,
 # PURCHASE), the lookup after an unclear answer, and up to a minute waiting for the new block to be visible.
 TIMEOUT_MINUTES = 10
 
@@ -36,11 +36,11 @@ class CapacityPurchase(Construct):
             handler="pdkit.functions.capacity_purchase.handler",
             modules=(
                 "errors.py",
-                "aws_errors.py",
-                "client_config.py",
-                "capacity.py",
-                "purchase.py",
-                "reservation.py",
+                "ops/aws_errors.py",
+                "ops/client_config.py",
+                "ops/capacity.py",
+                "ops/purchase.py",
+                "model/reservation.py",
                 "functions/cfn_response.py",
                 "functions/reservation_guard.py",
                 "functions/capacity_purchase.py",

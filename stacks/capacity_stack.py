@@ -20,7 +20,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from pdkit.plan import Plan, RolePlan
+from pdkit.model.plan import Plan, RolePlan
 from stacks.block_lifecycle import BlockLifecycle
 from stacks.capacity_purchase import CapacityPurchase
 from stacks.cluster_stack import NODE_POLICIES, ClusterStack

@@ -16,8 +16,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
-from pdkit.catalog import addons
-from pdkit.plan import Plan
+from pdkit.model.catalog import addons
+from pdkit.model.plan import Plan
 from stacks.access_host import AccessHost
 from stacks.eks_addons import ClusterCharts, ManagedAddons
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
@@ -226,5 +226,5 @@ def _alb_version(pin: str) -> eks.AlbControllerVersion:
     member = "V" + pin.lstrip("v").replace(".", "_")
     version = getattr(eks.AlbControllerVersion, member, None)
     if not isinstance(version, eks.AlbControllerVersion):
-        raise ValueError(f"pdkit/data/addons.yaml load_balancer_controller {pin!r}: aws-cdk-lib has no AlbControllerVersion.{member}")
+        raise ValueError(f"pdkit/model/data/addons.yaml load_balancer_controller {pin!r}: aws-cdk-lib has no AlbControllerVersion.{member}")
     return version

@@ -1,4 +1,4 @@
-"""EKS managed add-ons and Helm charts, every version pinned in pdkit/data/addons.yaml."""
+"""EKS managed add-ons and Helm charts, every version pinned in pdkit/model/data/addons.yaml."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pdkit.catalog import addons
-from pdkit.plan import ROLE_LABEL, Plan
+from pdkit.model.catalog import addons
+from pdkit.model.plan import ROLE_LABEL, Plan
 
 # Device plugins must run on GPU nodes, which carry the role taints; tolerate them and the usual GPU taint.
 GPU_TOLERATIONS = [
@@ -44,7 +44,7 @@ class ManagedAddons(Construct):
         for name in ("vpc-cni", "coredns", "kube-proxy", "eks-node-monitoring-agent"):
             config: dict[str, Any] | None = None
             if name == "vpc-cni":
-                # The serving namespace's NetworkPolicies (pdkit/serving/manifests.py) are only enforced
+                # The serving namespace's NetworkPolicies (pdkit/render/serving/manifests.py) are only enforced
                 # when the VPC CNI's network policy agent is on; EKS accepts them silently otherwise.
                 # https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html
                 config = VPC_CNI_CONFIGURATION

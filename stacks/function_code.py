@@ -1,7 +1,7 @@
 """Lambda code from pdkit modules, packaged without Docker (no engine in CI or on many laptops).
 
 CDK local bundling copies just the listed files of the `pdkit` package into the asset, so a
-handler ships with the stdlib-only rules it shares with the CLI (pdkit/reservation.py).
+handler ships with the stdlib-only rules it shares with the CLI (pdkit/model/reservation.py).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ class _CopyModules:
 
 
 def pdkit_code(*modules: str) -> lambda_.Code:
-    """An asset with pdkit/__init__.py, pdkit/functions/__init__.py and the given module paths (relative to pdkit/)."""
-    files = ("__init__.py", "functions/__init__.py", *modules)
+    """An asset with the given module paths (relative to pdkit/) and the __init__.py of every package above them."""
+    packages = {str(parent / "__init__.py") for m in modules for parent in Path(m).parents}
+    files = (*sorted(packages), *modules)
     for module in files:
         if not (PDKIT / module).is_file():
             raise FileNotFoundError(PDKIT / module)

@@ -7,8 +7,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pdkit import node_config
-from pdkit.plan import Plan, RolePlan
+from pdkit.model.plan import Plan, RolePlan
+from pdkit.render import node_config
 from stacks.ami_node_image import custom_node_image
 from stacks.node_launch_template import ROOT_DEVICE, detailed_monitoring, metadata_options
 

@@ -21,8 +21,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from pdkit.images import ROOT, context_files_outside_containers
-from pdkit.plan import Plan
+from pdkit.model.images import ROOT, context_files_outside_containers
+from pdkit.model.plan import Plan
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.kit_function import KitFunction
 from stacks.network_stack import NetworkStack

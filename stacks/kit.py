@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
 from stacks.ami_stack import AmiStack
 from stacks.capacity_stack import CapacityStack
 from stacks.cluster_stack import ClusterStack

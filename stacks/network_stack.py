@@ -14,7 +14,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.policy import acknowledge, named_az
 from stacks.vpc_endpoints import ServiceEndpoints

@@ -3,7 +3,7 @@
 It runs the CloudWatch agent on every node (its default toleration is `operator: Exists`, so the
 tainted GPU nodes too) and its own DCGM exporter on GPU instance types (p5en is in its list from
 chart 2.6.0), and publishes node/pod metrics with NVIDIA GPU and EFA figures to the ContainerInsights
-namespace (pdkit/observability/catalog.py lists the ones the kit reads).
+namespace (pdkit/render/observability/catalog.py lists the ones the kit reads).
 https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/Container-Insights-setup-EKS-addon.html
 
 The cluster stack creates it (`ContainerInsightsAddon(self, ..., cluster=self.cluster, version=pin)`).
@@ -54,7 +54,7 @@ class ContainerInsightsAddon(Construct):
         if parse_version(version) < MINIMUM_VERSION:
             wanted = ".".join(str(n) for n in MINIMUM_VERSION)
             raise ValueError(
-                f"{ADDON} {version} is too old: EFA metrics, p5en GPU metrics and Pod Identity need v{wanted} or newer (pdkit/data/addons.yaml)"
+                f"{ADDON} {version} is too old: EFA metrics, p5en GPU metrics and Pod Identity need v{wanted} or newer (pdkit/model/data/addons.yaml)"
             )
         self.role = iam.Role(
             self,

@@ -1,4 +1,4 @@
-"""CloudWatch alarms (definitions in pdkit/observability/alarms.py) to the kit's encrypted SNS topic.
+"""CloudWatch alarms (definitions in pdkit/render/observability/alarms.py) to the kit's encrypted SNS topic.
 
 The topic belongs to the capacity stack and is encrypted with its customer-managed key. CloudWatch
 publishes to it as the service principal cloudwatch.amazonaws.com, which needs the topic policy to
@@ -14,8 +14,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from pdkit.observability.alarms import Alarm, Query, alarms
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
+from pdkit.render.observability.alarms import Alarm, Query, alarms
 
 CLOUDWATCH = "cloudwatch.amazonaws.com"
 

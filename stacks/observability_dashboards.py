@@ -1,4 +1,4 @@
-"""The serving and infrastructure dashboards (bodies rendered by pdkit/observability/dashboards.py)."""
+"""The serving and infrastructure dashboards (bodies rendered by pdkit/render/observability/dashboards.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_cloudwatch as cw
 from constructs import Construct
 
-from pdkit.observability import dashboards
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
+from pdkit.render.observability import dashboards
 
 
 class Dashboards(Construct):

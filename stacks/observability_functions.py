@@ -14,16 +14,16 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from pdkit.observability import catalog as c
-from pdkit.observability.alarms import Purpose, function_name
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
+from pdkit.render.observability import catalog as c
+from pdkit.render.observability.alarms import Purpose, function_name
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
 
 EVERY = cdk.Duration.minutes(1)
-SHARED = ("observability/__init__.py", "observability/catalog.py")
-BLOCK_CLOCK_MODULES = (*SHARED, "reservation.py", "functions/block_clock.py")
-SERVING_METRICS_MODULES = (*SHARED, "observability/figures.py", "functions/serving_metrics.py")
+SHARED = ("render/observability/catalog.py",)
+BLOCK_CLOCK_MODULES = (*SHARED, "model/reservation.py", "functions/block_clock.py")
+SERVING_METRICS_MODULES = (*SHARED, "render/observability/figures.py", "functions/serving_metrics.py")
 PUT_METRIC_DATA = "cloudwatch:PutMetricData has no resource-level permissions; the condition limits this function to its own namespace"
 
 

@@ -17,8 +17,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from pdkit.observability import scrape
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
+from pdkit.render.observability import scrape
 
 
 class ServingPrometheus(Construct):

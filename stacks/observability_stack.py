@@ -14,7 +14,7 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
 from stacks.capacity_stack import CapacityStack
 from stacks.cluster_stack import ClusterStack
 from stacks.encrypted_log_group import logs_key

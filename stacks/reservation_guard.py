@@ -12,7 +12,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from pdkit.functions.reservation_guard import FROM_PURCHASE
-from pdkit.plan import Plan
+from pdkit.model.plan import Plan
 from stacks.kit_function import KitFunction
 from stacks.policy import acknowledge
 
@@ -26,7 +26,7 @@ class ReservationGuard(Construct):
             self,
             "Function",
             handler="pdkit.functions.reservation_guard.handler",
-            modules=("reservation.py", "functions/cfn_response.py", "functions/reservation_guard.py"),
+            modules=("model/reservation.py", "functions/cfn_response.py", "functions/reservation_guard.py"),
             description=f"{plan.name}: refuse deploys onto a wrong or stale Capacity Block",
             vpc=vpc,
             key=key,

@@ -1,5 +1,5 @@
 """Serving: the weights bucket, the read-only Pod Identity role of the serving pods, and the Kubernetes
-objects pdkit renders from the plan (pdkit/serving/manifests.py), applied through the cluster.
+objects pdkit renders from the plan (pdkit/render/serving/manifests.py), applied through the cluster.
 
 The same objects are written as plain YAML by `pdkit render` / `make manifests` for GitOps users.
 """
@@ -16,10 +16,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from pdkit.plan import Plan
-from pdkit.serving import inputs, manifests, names
-from pdkit.serving.compile_cache_objects import cache_prefix
-from pdkit.serving.weights_manifest import MANIFEST_NAME
+from pdkit.model.plan import Plan
+from pdkit.pods.weights_manifest import MANIFEST_NAME
+from pdkit.render.serving import inputs, manifests, names
+from pdkit.render.serving.compile_cache_objects import cache_prefix
 from stacks.cluster_stack import ClusterStack
 from stacks.policy import acknowledge
 
@@ -77,7 +77,7 @@ class ServingStack(cdk.Stack):
                 iam.PolicyStatement(actions=["s3:GetObject"], resources=[self.weights.arn_for_objects(f"{plan.weights.prefix}*")]),
                 iam.PolicyStatement(actions=["kms:Decrypt"], resources=[key.key_arn]),
                 # The warm SGLang compile cache: restored at start, saved at the end-of-block drain
-                # (pdkit/serving/compile_cache.py; multipart upload for archives over 8 MiB).
+                # (pdkit/pods/compile_cache.py; multipart upload for archives over 8 MiB).
                 iam.PolicyStatement(
                     actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
                     resources=[self.weights.arn_for_objects(f"{cache_prefix(plan)}*")],

@@ -17,8 +17,9 @@ from aws_cdk.assertions import Template
 # On CI a skipped test fails: the hook is this conftest's (tests/no_skips.py, checked by tests/test_no_skips.py).
 from no_skips import pytest_runtest_makereport  # noqa: F401
 
-from pdkit import deployment, profile_files
-from pdkit.plan import Plan
+from pdkit import deployment
+from pdkit.model import profile_files
+from pdkit.model.plan import Plan
 from stacks.kit import build_kit
 
 ROOT = Path(__file__).resolve().parent.parent

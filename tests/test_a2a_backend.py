@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pdkit import plan, profile_files
 from pdkit.errors import ProfileError
-from pdkit.serving import inputs, manifests
-from pdkit.serving.sglang_args import launch_argv
+from pdkit.model import plan, profile_files
+from pdkit.render.serving import inputs, manifests
+from pdkit.render.serving.sglang_args import launch_argv
 
 AB_PROFILE = "config/glm51-fp8-2p2d-deepep-prefill.yaml"
 
@@ -119,7 +119,7 @@ def test_upstream_deepep_low_latency_is_refused_even_in_one_node(raw_with):
 
 def test_a_versions_file_without_the_backends_image_is_refused(tmp_path):
     """A role whose backend needs an image the versions file does not define cannot be deployed: say which."""
-    from pdkit.images import _versions_module
+    from pdkit.model.images import _versions_module
 
     versions = _versions_module()
     doc = versions.load(versions.VERSIONS_FILE)
@@ -136,7 +136,7 @@ def test_a_versions_file_without_the_backends_image_is_refused(tmp_path):
 
 def test_plan_shows_each_roles_backend_and_image():
     """`pdkit plan` names the backend and the image per role, so the operator sees which image a role will pull."""
-    from pdkit import plan_report
+    from pdkit.render import plan_report
 
     text = plan_report.as_text(_plan(AB_PROFILE))
     rows = {line.split()[0]: line for line in text.splitlines() if line.startswith(("  prefill ", "  decode "))}

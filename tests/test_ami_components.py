@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import ami
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.render import ami
 
 PHASES = ("build", "validate", "test")
 # AWSTOE action modules that run on Linux (docs.aws.amazon.com/imagebuilder/latest/userguide/toe-action-modules.html).

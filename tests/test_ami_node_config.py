@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import ami, node_config
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.render import ami, node_config
 
 CLUSTER = ami.ClusterDetails(
     name="glm51-2p2d",
@@ -43,7 +43,7 @@ def test_carries_the_cluster_coordinates_nodeadm_requires():
 
 
 def test_keeps_the_gpu_node_settings_of_the_eks_optimized_path():
-    """Same RAID0 over the instance NVMe as pdkit.node_config, so switching image source changes nothing else."""
+    """Same RAID0 over the instance NVMe as pdkit.render.node_config, so switching image source changes nothing else."""
     config, _ = _decode_config()
     eks_optimized: Any = node_config.node_config()
     assert (

@@ -10,8 +10,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Template
 
-from pdkit import ami
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.render import ami
 from stacks.ami_node_image import custom_node_image
 from tests.conftest import new_app
 

@@ -16,9 +16,10 @@ import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from pdkit import plan as plan_mod
-from pdkit import plan_report, profile_files
-from pdkit.plan import Plan
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import Plan
+from pdkit.render import plan_report
 from stacks.gpu_launch_template import gpu_root_volume
 from tests.conftest import new_app
 

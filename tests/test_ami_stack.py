@@ -11,9 +11,9 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from pdkit import ami
-from pdkit.context import load_plan
-from pdkit.plan import Plan
+from pdkit.cli.context import load_plan
+from pdkit.model.plan import Plan
+from pdkit.render import ami
 from stacks.ami_stack import AmiStack
 from stacks.network_stack import NetworkStack
 from tests.conftest import new_app

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pdkit.bench import results, workload
+from pdkit.ops.bench import results, workload
 from tests.fixtures.fabric.fakes import BENCH
 
 FIELD = BENCH / "field"

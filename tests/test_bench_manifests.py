@@ -8,12 +8,12 @@ import shlex
 import kubernetes_validate
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.bench import manifests
-from pdkit.bench.run import deadline_seconds
 from pdkit.errors import KitError
-from pdkit.serving import manifests as serving
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.ops.bench.run import deadline_seconds
+from pdkit.render import bench as manifests
+from pdkit.render.serving import manifests as serving
 from tests.fixtures.fabric.fakes import BENCH
 
 IMAGE = "registry.example/sglang-efa:v1"

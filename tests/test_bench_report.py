@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.bench import model, report, results, seed
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files, seed
+from pdkit.ops.bench import model, report, results
 from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import BENCH, FakeCluster, fixture
 
@@ -131,7 +131,7 @@ def test_failed_levels_and_request_errors_are_listed(plan, tmp_path):
 
 
 def test_validation_results_are_included(plan, tmp_path):
-    from pdkit.fabric import validate
+    from pdkit.ops.fabric import validate
     from tests.test_fabric_validate import GOOD_LOGS
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
@@ -198,7 +198,7 @@ def test_workload_is_read_from_the_records_not_the_profile(plan, tmp_path):
 
 
 def test_workload_from_run_json_names_the_warm_up(written):
-    """`pdkit bench` records what it asked bench_serving for in run.json (pdkit/bench/run.py), warm-up included;
+    """`pdkit bench` records what it asked bench_serving for in run.json (pdkit/ops/bench/run.py), warm-up included;
     its deployment (glm51-2p2d) is the default profile's, so nothing is flagged."""
     text = (written[0] / report.REPORT).read_text()
     assert "Warning" not in text
@@ -312,7 +312,7 @@ def test_compare_warns_when_a_run_did_not_record_its_backends(capsys, tmp_path):
 def test_bench_records_each_roles_backend_in_run_json(tmp_path):
     """run.json's "roles" is what the comparison reads: each role's backend, DeepEP mode and image tag, from the plan
     of the profile that ran (here the A/B partner profile: upstream DeepEP on prefill, UCCL-EP on decode)."""
-    from pdkit.bench import run as bench_run
+    from pdkit.ops.bench import run as bench_run
     from tests.fixtures.fabric.fakes import Clock
     from tests.test_bench_run import _pod_log
 

@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from pdkit.bench import compact, results
 from pdkit.errors import KitError
+from pdkit.ops.bench import results
+from pdkit.pods import bench_compact as compact
 from tests.fixtures.fabric.fakes import BENCH
 
 

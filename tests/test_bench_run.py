@@ -8,10 +8,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.bench import compact, results
-from pdkit.bench import run as bench_run
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.ops.bench import results
+from pdkit.ops.bench import run as bench_run
+from pdkit.pods import bench_compact as compact
 from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import BENCH, Clock, FakeCluster
 
@@ -116,7 +117,7 @@ def test_cli_rejects_bad_levels(capsys):
 
 
 def test_cli_runs_and_saves(monkeypatch, capsys, tmp_path):
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
 
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs={"bench": {0: _pod_log()}}))
     assert fakes.main(["bench", "--out", str(tmp_path), "--concurrency", "1,4", "--image", IMAGE]) == 0

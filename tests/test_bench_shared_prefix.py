@@ -15,10 +15,11 @@ import shutil
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.bench import manifests, report, results
-from pdkit.bench import run as bench_run
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.ops.bench import report, results
+from pdkit.ops.bench import run as bench_run
+from pdkit.render import bench as manifests
 from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import BENCH, Clock, FakeCluster
 

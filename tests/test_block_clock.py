@@ -16,7 +16,7 @@ from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
 from pdkit.functions import block_clock
-from pdkit.observability import catalog
+from pdkit.render.observability import catalog
 
 RID = "cr-0123456789abcdef0"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -24,11 +24,11 @@ import botocore.auth
 import pytest
 from botocore.stub import ANY, Stubber
 
-from pdkit import placement
 from pdkit.functions import block_lifecycle, kube_api
-from pdkit.placement import PLACED_ROLE_LABEL
-from pdkit.plan import ROLE_LABEL
-from pdkit.serving import drain, inputs, manifests, names
+from pdkit.model import placement
+from pdkit.model.placement import PLACED_ROLE_LABEL
+from pdkit.model.plan import ROLE_LABEL
+from pdkit.render.serving import drain, inputs, manifests, names
 
 CLUSTER = "glm51-2p2d"
 GROUPS = {"glm51-2p2d-decode": 2, "glm51-2p2d-prefill": 2}
@@ -899,7 +899,7 @@ def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
     import subprocess
     import sys
 
-    from pdkit import profile_files
+    from pdkit.model import profile_files
 
     root = profile_files.ROOT / "pdkit"
     for module in (*SHIPPED, "__init__.py", "functions/__init__.py"):
@@ -907,7 +907,7 @@ def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
         shutil.copyfile(root / module, tmp_path / "pdkit" / module)
     code = (
         "import sys, pdkit.functions.block_lifecycle; "
-        "assert not {'yaml', 'pydantic', 'pdkit.plan'} & set(sys.modules), sorted(m for m in sys.modules if m.startswith('pdkit'))"
+        "assert not {'yaml', 'pydantic', 'pdkit.model.plan'} & set(sys.modules), sorted(m for m in sys.modules if m.startswith('pdkit'))"
     )
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, check=True)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
-from pdkit.plan import STACKS
+from pdkit.model.plan import STACKS
 from tests.conftest import policy_findings, synth
 
 

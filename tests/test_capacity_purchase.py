@@ -19,8 +19,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from pdkit import client_config, purchase
 from pdkit.functions import capacity_purchase
+from pdkit.ops import client_config, purchase
 from tests.fixtures.ec2_standin import HANG, error, items, ok, running
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -104,7 +104,7 @@ TAG_LOOKUP = {
 }
 
 BY_ID = {"CapacityReservationIds": [CR]}
-# pdkit.purchase.find_block after an unclear answer: the same filters.
+# pdkit.ops.purchase.find_block after an unclear answer: the same filters.
 AFTER_UNCLEAR = TAG_LOOKUP
 
 

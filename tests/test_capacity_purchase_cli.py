@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from pdkit.cli import main
+from pdkit.cli.main import main
 from tests.fixtures.cmd_support import CR
 from tests.test_cmd_capacity import purchase_profile, stub_capacity_stack
 from tests.test_cmd_preflight import pins, rows, stub_checks

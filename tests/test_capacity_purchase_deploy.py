@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import console, profile_files
-from pdkit.cli import main
-from pdkit.profile import PLACEHOLDER_RESERVATION
+from pdkit import console
+from pdkit.cli.main import main
+from pdkit.model import profile_files
+from pdkit.model.profile import PLACEHOLDER_RESERVATION
 from tests.conftest import Kit, synth
 from tests.fixtures.cmd_support import profile
 

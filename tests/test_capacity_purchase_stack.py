@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
 from pdkit.errors import ProfileError
-from pdkit.profile import PLACEHOLDER_RESERVATION
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.profile import PLACEHOLDER_RESERVATION
 from tests.conftest import Kit, policy_findings, synth
 from tests.test_control_tower import Finding, _allowed, _paths, allowlist, guard, run_guard
 
@@ -175,13 +175,13 @@ def test_the_plan_carries_the_purchase(raw_with):
 
 def test_the_function_bundle_imports_without_the_cli_or_the_plan(bought):
     """The asset CDK bundles (stacks/function_code.py copies only the listed modules) must import on its own in the
-    Lambda Python runtime, which has boto3 but not pydantic: no pdkit.plan, console or aws_clients on the import path."""
+    Lambda Python runtime, which has boto3 but not pydantic: no pdkit.model.plan, console or aws_clients on the import path."""
     capacity = bought.template_json("capacity")
     (fn,) = [r for k, r in _of_type(capacity, "AWS::Lambda::Function").items() if k.startswith("PurchaseFunction")]
     asset = Path(bought.assembly.directory) / f"asset.{fn['Properties']['Code']['S3Key'].removesuffix('.zip')}"
     probe = (
         "import sys; import pdkit.functions.capacity_purchase as m; "
-        "bad = sorted(n for n in sys.modules if n in ('pydantic', 'pdkit.plan', 'pdkit.console', 'pdkit.aws_clients', 'yaml')); "
+        "bad = sorted(n for n in sys.modules if n in ('pydantic', 'pdkit.model.plan', 'pdkit.console', 'pdkit.ops.aws_clients', 'yaml')); "
         "print(m.__file__); print(bad)"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=asset, capture_output=True, text=True, check=False)

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from pdkit import profile_files
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.model import profile_files
 
 
 @pytest.mark.cli

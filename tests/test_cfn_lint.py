@@ -7,7 +7,7 @@ import json
 import pytest
 from cfnlint.api import ManualArgs, lint
 
-from pdkit import profile_files
+from pdkit.model import profile_files
 from tests.conftest import synth
 
 

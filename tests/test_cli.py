@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from pdkit.cli import main
+from pdkit.cli.main import main
 
 
 def test_plan_text_names_what_an_operator_checks(capsys):
@@ -24,9 +24,7 @@ def test_plan_json(capsys):
 
 def test_cli_never_imports_cdk_or_boto3_for_local_commands():
     """`pdkit` must start fast: aws_cdk (jsii + Node) costs seconds, boto3 ~0.3 s."""
-    code = (
-        "import sys; from pdkit.cli import main; main(['plan']); print(sorted(m for m in ('aws_cdk', 'boto3', 'jsii') if m in sys.modules))"
-    )
+    code = "import sys; from pdkit.cli.main import main; main(['plan']); print(sorted(m for m in ('aws_cdk', 'boto3', 'jsii') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("[]")
 

@@ -6,7 +6,7 @@ import json
 
 from aws_cdk.assertions import Match
 
-from pdkit.catalog import addons
+from pdkit.model.catalog import addons
 from tests.conftest import synth
 
 
@@ -80,7 +80,7 @@ def test_admin_principals_get_access_entries(raw_with):
 
 
 def test_managed_addons_are_pinned(kit):
-    """vpc-cni >= 1.18.5 is what EFA-only interfaces need; every add-on version comes from pdkit/data/addons.yaml."""
+    """vpc-cni >= 1.18.5 is what EFA-only interfaces need; every add-on version comes from pdkit/model/data/addons.yaml."""
     found = {r["Properties"]["AddonName"]: r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Addon").values()}
     assert {name: props["AddonVersion"] for name, props in found.items()} == addons().managed
     major, minor, patch = (int(x) for x in addons().managed["vpc-cni"].lstrip("v").split("-")[0].split("."))
@@ -102,7 +102,7 @@ def _charts(kit):
 
 
 def test_helm_charts_are_pinned(kit):
-    """Every chart version and repository comes from pdkit/data/addons.yaml: nothing floats to 'latest'."""
+    """Every chart version and repository comes from pdkit/model/data/addons.yaml: nothing floats to 'latest'."""
     charts = _charts(kit)
     for pin in addons().charts.values():
         assert charts[pin.chart]["Version"] == pin.version
@@ -241,7 +241,7 @@ def test_outputs_for_operators(kit):
 
 
 def test_load_balancer_controller_version_comes_from_the_pins(kit):
-    """One place pins it (pdkit/data/addons.yaml); the chart the cluster installs is that version."""
+    """One place pins it (pdkit/model/data/addons.yaml); the chart the cluster installs is that version."""
     chart = _charts(kit)["aws-load-balancer-controller"]
     assert chart["Version"] == addons().load_balancer_controller.lstrip("v")
 

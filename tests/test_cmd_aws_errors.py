@@ -7,8 +7,8 @@ import socket
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, UnStubbedResponseError
 
-from pdkit import aws_errors
-from pdkit.cli import main
+from pdkit.cli.main import main
+from pdkit.ops import aws_errors
 from tests.fixtures.cmd_support import CR, REGION, real_profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -74,7 +74,7 @@ def test_read_command_against_an_endpoint_that_never_answers_gives_up_with_one_l
     (https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html)."""
     import time
 
-    from pdkit import aws_clients
+    from pdkit.ops import aws_clients
     from tests.fixtures.ec2_standin import HANG, running
 
     monkeypatch.setattr(aws_clients, "READS", aws_clients.Patience(connect=1, read=0.3, attempts=2))
@@ -98,7 +98,7 @@ def test_read_command_against_an_endpoint_that_never_answers_gives_up_with_one_l
 
 def test_read_clients_give_up_within_a_minute(offline_aws):
     """The real client factory's timeouts and attempts bound a call on a silent endpoint to 60 s."""
-    from pdkit import aws_clients
+    from pdkit.ops import aws_clients
 
     config = aws_clients.make_client("ec2", aws_profile=None, region=REGION).meta.config
     assert config.retries["total_max_attempts"] * (config.connect_timeout + config.read_timeout) <= 60

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pdkit import console
-from pdkit.cli import main
+from pdkit.cli.main import main
 from tests.fixtures.cmd_support import CB, CR, NOW, instance, instances_page, profile, real_profile, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -23,7 +23,7 @@ TAGS = [{"ResourceType": "capacity-reservation", "Tags": [{"Key": "pdkit:purchas
 @pytest.fixture(autouse=True)
 def fixed_purchase_id(monkeypatch):
     """One known purchase id, so the Stubber checks that the dry run and the purchase carry the same tag."""
-    from pdkit import purchase
+    from pdkit.ops import purchase
 
     monkeypatch.setattr(purchase, "new_purchase_id", lambda: PURCHASE_ID)
 
@@ -354,7 +354,7 @@ def test_guard_never_buys_when_the_dry_run_fails_or_is_not_confirmed(monkeypatch
 
     from botocore.exceptions import ClientError
 
-    from pdkit import fee_prompt
+    from pdkit.cli import fee_prompt
     from pdkit.errors import KitError
 
     bought: list[str] = []
@@ -467,7 +467,7 @@ def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys
     assert "may be an earlier block" in captured.err
     assert "do not buy again until you have checked it" in captured.err
     # The purchase went through the one-attempt client, the lookup through the ordinary one.
-    from pdkit import aws_clients
+    from pdkit.ops import aws_clients
 
     assert ("ec2", {"patience": aws_clients.PURCHASE}) in aws.options
 

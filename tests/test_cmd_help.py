@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pdkit.commands import MODULES
+from pdkit.cli.commands import MODULES
 
 HEAVY = ("boto3", "botocore", "kubernetes", "rich", "aws_cdk")
 
@@ -28,7 +28,7 @@ HEAVY = ("boto3", "botocore", "kubernetes", "rich", "aws_cdk")
 def test_help_imports_no_aws_or_kubernetes_client(argv):
     """Help is what an operator runs first; boto3 alone costs ~0.3 s and kubernetes more."""
     code = (
-        "import sys\nfrom pdkit.cli import main\n"
+        "import sys\nfrom pdkit.cli.main import main\n"
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
@@ -45,7 +45,7 @@ def test_operator_commands_are_registered_after_plan_in_workflow_order():
 
 def test_every_command_takes_the_deployment_and_credential_profiles(capsys):
     """--profile is the deployment profile, --aws-profile the credentials, --region overrides the profile's region."""
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     for argv in (["capacity", "offerings"], ["capacity", "status"], ["preflight"], ["topology"], ["nodes", "down"], ["status"], ["smoke"]):
         with pytest.raises(SystemExit):

@@ -15,8 +15,8 @@ import shlex
 
 import pytest
 
-from pdkit import kube
-from pdkit.cli import build_parser, main
+from pdkit.cli.main import build_parser, main
+from pdkit.ops import kube
 from tests import test_cmd_capacity as capacity_tests
 from tests import test_cmd_nodes as nodes_tests
 from tests import test_cmd_status as status_tests
@@ -55,7 +55,7 @@ def printed_command(text: str, after: str, where: list[str]) -> list[str]:
 
 
 def test_pdkit_command_repeats_only_what_was_given():
-    from pdkit.context import pdkit_command
+    from pdkit.cli.context import pdkit_command
 
     args = argparse.Namespace(profile="config/my deployment.yaml", aws_profile=None, region="us-east-1")
     assert pdkit_command(args, "status") == "pdkit status --profile 'config/my deployment.yaml' --region us-east-1"
@@ -63,7 +63,7 @@ def test_pdkit_command_repeats_only_what_was_given():
 
 
 def test_in_context_rewrites_every_backticked_command():
-    from pdkit.context import in_context
+    from pdkit.cli.context import in_context
 
     args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region=None)
     assert in_context(args, "run `pdkit nodes up`; before launch, `pdkit preflight`") == (
@@ -73,7 +73,7 @@ def test_in_context_rewrites_every_backticked_command():
 
 def test_in_context_does_not_repeat_flags_already_rendered():
     """Error messages may carry commands already rendered with the context; the CLI renders them once more."""
-    from pdkit.context import in_context, pdkit_command
+    from pdkit.cli.context import in_context, pdkit_command
 
     args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region="us-west-2")
     once = in_context(args, "Fix: `pdkit capacity offerings`")
@@ -96,7 +96,7 @@ def test_a_fix_in_an_error_repeats_the_context(aws, tmp_path, capsys):
 
 def test_make_command_carries_profile_and_credentials():
     """The Makefile takes PROFILE= and passes AWS_PROFILE through the environment to cdk."""
-    from pdkit.context import make_command
+    from pdkit.cli.context import make_command
 
     args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region="us-west-2")
     assert make_command(args, "deploy") == "AWS_PROFILE=ops make deploy PROFILE=p.yaml"
@@ -210,7 +210,7 @@ def test_render(where, tmp_path, capsys):
 
 
 def test_bench(where, monkeypatch, tmp_path, capsys):
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
     from tests.fixtures.fabric.fakes import FakeCluster
     from tests.test_bench_run import _pod_log
 
@@ -220,7 +220,7 @@ def test_bench(where, monkeypatch, tmp_path, capsys):
 
 
 def test_validate(where, monkeypatch, tmp_path, capsys):
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
     from tests.fixtures.fabric.fakes import FakeCluster
     from tests.test_fabric_validate import GOOD_LOGS
 
@@ -272,7 +272,7 @@ def test_weights_verify_fix(aws, where, capsys):
 
 
 def test_capacity_buy(aws, where, monkeypatch, capsys):
-    from pdkit import purchase
+    from pdkit.ops import purchase
 
     monkeypatch.setattr(purchase, "new_purchase_id", lambda: capacity_tests.PURCHASE_ID)
     capacity_tests.stub_offerings(aws, capacity_tests.offering("cbr-1"))
@@ -320,7 +320,7 @@ def test_status_not_ready_yet(aws, where, monkeypatch, capsys):
 
 
 def test_validate_failure(where, monkeypatch, tmp_path, capsys):
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
     from tests.fixtures.fabric.fakes import FakeCluster, fixture
     from tests.test_fabric_validate import GOOD_LOGS
 

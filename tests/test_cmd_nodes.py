@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from pdkit.cli import main
+from pdkit.cli.main import main
 from tests.fixtures.cmd_support import NOW, instance, instances_page, real_profile, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -191,7 +191,7 @@ class FakeLws:
 @pytest.fixture
 def order(monkeypatch):
     """Every node-group update and LeaderWorkerSet scale, in the order the command made them."""
-    from pdkit import nodes
+    from pdkit.ops import nodes
 
     events: list[str] = []
     original = nodes.request
@@ -207,7 +207,7 @@ def order(monkeypatch):
 @pytest.fixture(autouse=True)
 def no_kubeconfig(monkeypatch):
     """Unless a test installs a fake, the Kubernetes API is unreachable (as on a laptop without the SSM path)."""
-    from pdkit import kube
+    from pdkit.ops import kube
 
     def unreachable(context):
         raise kube.KubeUnreachable("no usable kubeconfig (test). Fix: open the SSM access path")
@@ -219,7 +219,7 @@ def test_down_scales_serving_to_zero_before_the_node_groups(aws, order, monkeypa
     """A PodDisruptionBudget can hold a node drain, but not roles scaled to 0: pods go first. The roles are
     scaled on the DisaggregatedSet, whose controller reverts a scaled LeaderWorkerSet (kubernetes-sigs/lws
     v0.10.0 docs/examples/disaggregatedset.md, "Scaling replicas within a role")."""
-    from pdkit import kube
+    from pdkit.ops import kube
 
     monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
     for group in GROUPS:
@@ -237,7 +237,7 @@ def test_down_scales_serving_to_zero_before_the_node_groups(aws, order, monkeypa
 
 def test_up_restores_the_plans_replicas_after_sizing_the_node_groups(aws, tmp_path, order, monkeypatch, capsys):
     """After a late extension (the drain already ran), `nodes up` alone must bring serving back."""
-    from pdkit import kube
+    from pdkit.ops import kube
 
     monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
     stub_reservation(aws)
@@ -268,7 +268,7 @@ def test_unreachable_api_prints_the_kubectl_commands_and_still_scales(aws, order
 
 
 def test_no_serving_leaves_the_leader_worker_sets_alone(aws, order, monkeypatch, capsys):
-    from pdkit import kube
+    from pdkit.ops import kube
 
     monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
     for group in GROUPS:
@@ -315,7 +315,7 @@ def test_kube_scales_the_roles_with_one_json_patch_of_the_disaggregated_set():
     """The controller reverts a scaled LeaderWorkerSet, so the roles' replicas on the DisaggregatedSet are
     patched; a custom resource takes no strategic merge patch, and a merge patch would replace the whole
     roles list, so it is an RFC 6902 JSON patch (application/json-patch+json)."""
-    from pdkit import kube
+    from pdkit.ops import kube
 
     sent: list = []
     assert kube.Kube(core=None, apps=None, custom=_custom_api(sent)).scale_roles("ns", "glm51-2p2d-pd", {"prefill": 0, "decode": 0}) is True
@@ -334,7 +334,7 @@ def test_kube_scales_the_roles_with_one_json_patch_of_the_disaggregated_set():
 
 
 def test_kube_scale_404_means_not_deployed_and_403_says_how_to_get_access():
-    from pdkit import kube
+    from pdkit.ops import kube
 
     assert kube.Kube(core=None, apps=None, custom=_custom_api([], 404)).scale_roles("ns", "ds", {"prefill": 1, "decode": 1}) is False
     with pytest.raises(kube.KubeUnreachable, match="refused your identity"):

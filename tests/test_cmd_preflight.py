@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pdkit import preflight
-from pdkit.cli import main
+from pdkit.cli.main import main
+from pdkit.ops import preflight
 from tests.fixtures.cmd_support import CB, CR, NOW, profile, real_profile, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -259,7 +259,7 @@ def test_addon_pin_not_offered_fails_with_the_default_to_pin(aws, pins, tmp_path
     assert main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"]) == 1
     row = rows(capsys)["Add-on vpc-cni"]
     assert row["status"] == "FAIL"
-    assert row["fix"] == "pin vpc-cni: v1.22.0-eksbuild.2 in pdkit/data/addons.yaml"
+    assert row["fix"] == "pin vpc-cni: v1.22.0-eksbuild.2 in pdkit/model/data/addons.yaml"
 
 
 def test_missing_addon_pins_is_a_warning(aws, tmp_path, capsys, monkeypatch):
@@ -322,7 +322,7 @@ def test_pins_are_read_from_the_managed_section_or_a_flat_mapping(tmp_path):
 def test_the_kit_pins_file_if_present_is_readable():
     pins = preflight.pinned_addons()
     if pins is None:
-        pytest.skip("pdkit/data/addons.yaml is not written yet")
+        pytest.skip("pdkit/model/data/addons.yaml is not written yet")
     assert pins
     assert all(isinstance(v, str) for v in pins.values())
 

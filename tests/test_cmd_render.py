@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from pdkit.cli import main
-from pdkit.serving import weights_job
+from pdkit.cli.main import main
+from pdkit.render.serving import weights_job
 from tests.fixtures.cmd_support import profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 
-from pdkit.cli import main
+from pdkit.cli.main import main
 
 
 class Router(BaseHTTPRequestHandler):

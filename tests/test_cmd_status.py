@@ -9,9 +9,9 @@ from botocore.stub import ANY
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
-from pdkit import kube, status_metrics
-from pdkit.cli import main
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.cli.main import main
+from pdkit.ops import kube, status_metrics
 from tests.fixtures.cmd_support import NOW, FakeApps, FakeCore, FakeCustom, k8s_node, lws, real_profile, router_deployment, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -48,7 +48,7 @@ def stub_aws(aws, *, desired: int = 2, real: bool = True, issues: list[dict[str,
 
 @pytest.fixture
 def cluster(monkeypatch):
-    """Install Kubernetes fakes behind pdkit.kube.connect; returns a setter."""
+    """Install Kubernetes fakes behind pdkit.ops.kube.connect; returns a setter."""
     made: dict[str, object] = {}
 
     def install(nodes=HEALTHY_NODES, sets=None, routers=None) -> dict[str, object]:

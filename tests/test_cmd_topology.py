@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pdkit.cli import main
-from pdkit.topology import GpuNode, network_nodes_between
+from pdkit.cli.main import main
+from pdkit.model.topology import GpuNode, network_nodes_between
 from tests.fixtures.cmd_support import instance, instances_page, real_profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -126,7 +126,7 @@ def test_network_nodes_between_two_instances(a, b, expected):
     assert network_nodes_between(node(a), node(b)) == expected
 
 
-# --- role assignment from the topology (pdkit/placement.py) ---------------------------------------------
+# --- role assignment from the topology (pdkit/model/placement.py) ---------------------------------------------
 
 # EC2 gave the decode node group one instance under nn-c and one under nn-f, while a prefill instance
 # shares nn-c with decode: the per-role node groups alone cannot put decode together.
@@ -196,7 +196,7 @@ class LabellingCore:
 
 def test_assign_labels_each_node_with_its_placed_role(aws, tmp_path, capsys, monkeypatch):
     """`--assign` merge-patches pdkit/placed-role onto each Node, found by its providerID (aws:///<az>/<instance id>)."""
-    from pdkit import kube
+    from pdkit.ops import kube
     from tests.fixtures.cmd_support import k8s_node
 
     core = LabellingCore(
@@ -217,7 +217,7 @@ def test_assign_labels_each_node_with_its_placed_role(aws, tmp_path, capsys, mon
 
 def test_assign_before_the_nodes_register_is_one_line(aws, tmp_path, capsys, monkeypatch):
     """A Node object exists only once the kubelet registers; labelling half the block would split the roles."""
-    from pdkit import kube
+    from pdkit.ops import kube
     from tests.fixtures.cmd_support import k8s_node
 
     core = LabellingCore([k8s_node("ip-1", "decode", instance_id="i-0d1")])
@@ -233,8 +233,8 @@ def test_assign_before_the_nodes_register_is_one_line(aws, tmp_path, capsys, mon
 def test_before_every_node_has_launched_roles_stay_with_the_node_groups(tmp_path):
     """DescribeInstances lists only launched instances; assigning roles from three of four would hand decode a node
     that prefill's last instance might beat, so the node groups' roles stand until the whole block is there."""
-    from pdkit.context import load_plan
-    from pdkit.placement import assign
+    from pdkit.cli.context import load_plan
+    from pdkit.model.placement import assign
 
     plan = load_plan(real_profile(tmp_path))
     nodes = [

@@ -9,8 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from pdkit.serving import compile_cache
-from pdkit.serving.compile_cache import is_warm, marker, restore, save, warm
+from pdkit.pods import compile_cache
+from pdkit.pods.compile_cache import is_warm, marker, restore, save, warm
 
 BUCKET = "glm51-2p2d-weights-000000000000-eu-south-2"
 REGION = "eu-south-2"

@@ -26,7 +26,7 @@ import cdklabs.cdk_validator_cfnguard as cfnguard
 import pytest
 import yaml
 
-from pdkit import profile_files
+from pdkit.model import profile_files
 from tests.conftest import ROOT, Kit, synth
 
 ALLOWLIST = ROOT / "tests" / "control_tower_allowlist.yaml"

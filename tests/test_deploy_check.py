@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import deploy_check, profile_files
-from pdkit.cli import main
+from pdkit.cli.main import main
+from pdkit.model import profile_files
+from pdkit.ops import deploy_check
 from tests.conftest import Kit, synth
 from tests.fixtures.cmd_support import profile
 

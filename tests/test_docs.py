@@ -6,8 +6,8 @@ import re
 
 from pydantic import BaseModel
 
-from pdkit.profile import Profile
-from pdkit.profile_files import ROOT
+from pdkit.model.profile import Profile
+from pdkit.model.profile_files import ROOT
 
 
 def _fields(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -125,7 +125,7 @@ def _parse_error(argv: list[str]) -> str | None:
     import contextlib
     import io
 
-    from pdkit.cli import build_parser
+    from pdkit.cli.main import build_parser
 
     err = io.StringIO()
     try:
@@ -140,7 +140,7 @@ def _mention_error(argv: list[str]) -> str | None:
     """A mention names an existing command (`pdkit nodes`, `pdkit capacity buy`) and only flags it takes."""
     import argparse
 
-    from pdkit.cli import build_parser
+    from pdkit.cli.main import build_parser
 
     parser = top = build_parser()
     path: list[str] = []
@@ -178,7 +178,7 @@ def _commands() -> tuple[list[tuple[str, list[str]]], list[tuple[str, list[str]]
 
 
 def test_every_pdkit_command_line_in_the_docs_is_real():
-    """Each fenced `pdkit` line goes through pdkit.cli's real parser (argparse parse_args, no handler runs):
+    """Each fenced `pdkit` line goes through pdkit.cli.main's real parser (argparse parse_args, no handler runs):
     a flag renamed in the code, a missing required argument or a bad choice fails here, not on the operator.
     Inline `pdkit ...` spans in prose may leave out arguments, but not invent commands or flags."""
     commands, mentions = _commands()

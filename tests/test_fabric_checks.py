@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.fabric import checks
-from pdkit.fabric.checks import FAIL, PASS, SKIP
-from pdkit.fabric.cluster import JobRun
-from pdkit.fabric.thresholds import derive
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.thresholds import derive
+from pdkit.ops.fabric import checks
+from pdkit.ops.fabric.checks import FAIL, PASS, SKIP
+from pdkit.ops.jobs import JobRun
 from tests.fixtures.fabric.fakes import fixture, nodes
 
 

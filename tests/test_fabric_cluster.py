@@ -20,8 +20,8 @@ from kubernetes.client import (
 from kubernetes.client.exceptions import ApiException
 
 from pdkit.errors import KitError
-from pdkit.fabric.cluster import KubeCluster, _stuck
-from pdkit.kube import Kube, KubeUnreachable
+from pdkit.ops.jobs import KubeCluster, _stuck
+from pdkit.ops.kube import Kube, KubeUnreachable
 from tests.fixtures.cmd_support import FakeApps, FakeCore, FakeCustom, k8s_node
 
 
@@ -200,9 +200,9 @@ def test_the_runs_service_account_role_and_binding_go_to_the_real_clients_method
 
     from kubernetes import client
 
-    from pdkit import plan as plan_mod
-    from pdkit import profile_files
-    from pdkit.fabric import manifests
+    from pdkit.model import plan as plan_mod
+    from pdkit.model import profile_files
+    from pdkit.render import fabric as manifests
 
     profile, path = profile_files.load(None)
     objs = manifests.launcher_access(plan_mod.build(profile, profile_path=path), "abc123", "ns")

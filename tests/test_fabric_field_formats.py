@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from pdkit.fabric import checks, parsers
-from pdkit.fabric.checks import FAIL, PASS
-from pdkit.fabric.cluster import JobRun
+from pdkit.ops.fabric import checks, parsers
+from pdkit.ops.fabric.checks import FAIL, PASS
+from pdkit.ops.jobs import JobRun
 from tests.fixtures.fabric.fakes import HERE
 
 FIELD = HERE / "field"
@@ -24,7 +24,7 @@ def _read(name: str) -> str:
 
 
 def _as_kit_log(text: str, test: str = "all_reduce_perf", json_doc: str | None = None) -> str:
-    """The launcher pod's log as pdkit/fabric/manifests.py nccl_script frames each test."""
+    """The launcher pod's log as pdkit/render/fabric.py nccl_script frames each test."""
     framed = f"pdkit-begin test={test}\n{text}pdkit-end test={test} status=0\n"
     if json_doc is not None:
         framed += f"pdkit-begin json={test}\n{json_doc}pdkit-end json={test} status=0\n"
@@ -37,8 +37,8 @@ def _checks(plan, th, log: str) -> dict[str, checks.Check]:
 
 @pytest.fixture(scope="module")
 def plan():
-    from pdkit import plan as plan_mod
-    from pdkit import profile_files
+    from pdkit.model import plan as plan_mod
+    from pdkit.model import profile_files
 
     profile, path = profile_files.load(None)
     return plan_mod.build(profile, profile_path=path)
@@ -46,7 +46,7 @@ def plan():
 
 @pytest.fixture(scope="module")
 def th(plan):
-    from pdkit.fabric.thresholds import derive
+    from pdkit.model.thresholds import derive
 
     return derive(plan)
 
@@ -118,7 +118,7 @@ def test_json_output_is_read():
 
 
 def test_json_is_preferred_in_the_kits_runs(plan, th):
-    """With the -J document beside the text (the kit's own runs: pdkit/fabric/manifests.py nccl_script), the
+    """With the -J document beside the text (the kit's own runs: pdkit/render/fabric.py nccl_script), the
     table comes from the JSON; the provider still comes from the NCCL log, which the JSON does not hold."""
     doc = json.loads(_read("nccl-all_reduce.json"))
     doc["results"][-1]["out_of_place"]["bus_bw"] = 300.5  # differs from the text table's 362

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pdkit.fabric import manifests
+from pdkit.render import fabric as manifests
 
 ROOT = Path(__file__).resolve().parents[1]
 RSH = ROOT / "containers" / "kit" / "bin" / manifests.RSH_AGENT
@@ -86,9 +86,9 @@ def test_a_host_that_is_not_job_index_is_refused(run, host):
 
 
 def _plan_and_th():
-    from pdkit import plan as plan_mod
-    from pdkit import profile_files
-    from pdkit.fabric.thresholds import derive
+    from pdkit.model import plan as plan_mod
+    from pdkit.model import profile_files
+    from pdkit.model.thresholds import derive
 
     profile, path = profile_files.load(None)
     p = plan_mod.build(profile, profile_path=path)

@@ -8,12 +8,12 @@ import shlex
 import kubernetes_validate
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.fabric import manifests
-from pdkit.fabric.thresholds import derive
-from pdkit.kube import EFA, GPU
-from pdkit.plan import ROLE_LABEL
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import ROLE_LABEL
+from pdkit.model.thresholds import derive
+from pdkit.ops.kube import EFA, GPU
+from pdkit.render import fabric as manifests
 
 IMAGE = "000000000000.dkr.ecr.eu-south-2.amazonaws.com/glm51-2p2d/validation:validation-0123456789ab"
 
@@ -224,7 +224,7 @@ def test_no_home_made_remote_exec_is_left(bundle):
         tree = ast.parse(module.read_text())
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert not imported & {"socket", "socketserver", "pdkit.fabric.agent"}, module.name
+        assert not imported & {"socket", "socketserver", "pdkit.ops.fabric.agent"}, module.name
     kinds = {o["kind"] for o in bundle.objects()}
     assert not kinds & {"ConfigMap", "Secret"}
     assert all("ports" not in s.service["spec"] for s in bundle.jobs if s.key in ("nccl", "node-image"))

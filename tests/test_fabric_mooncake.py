@@ -8,15 +8,16 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.fabric import checks, manifests, parsers
-from pdkit.fabric.checks import FAIL, PASS, SKIP
-from pdkit.fabric.cluster import JobRun
-from pdkit.fabric.thresholds import derive
-from pdkit.profile import Profile
-from pdkit.serving import inputs
-from pdkit.serving import manifests as serving
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.profile import Profile
+from pdkit.model.thresholds import derive
+from pdkit.ops.fabric import checks, parsers
+from pdkit.ops.fabric.checks import FAIL, PASS, SKIP
+from pdkit.ops.jobs import JobRun
+from pdkit.render import fabric as manifests
+from pdkit.render.serving import inputs
+from pdkit.render.serving import manifests as serving
 from tests.fixtures.fabric.fakes import fixture
 
 SERVING_IMAGE = "registry.example/sglang-efa:v1"
@@ -124,7 +125,7 @@ def test_no_mooncake_job_with_nixl(plan):
 
 def test_render_shows_the_mooncake_phase(capsys):
     """`pdkit validate --render` prints the Mooncake Jobs with the rest."""
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     assert main(["validate", "--render", "--registry", "111111111111.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
@@ -219,7 +220,7 @@ def test_job_that_never_ran(plan, th):
 def test_nixl_skips_the_phase():
     """With serving.kv_transfer: nixl, `pdkit validate` says why there is no Mooncake row instead of
     leaving it out silently."""
-    from pdkit.fabric import validate
+    from pdkit.ops.fabric import validate
     from tests.fixtures.fabric import fakes
 
     raw = yaml.safe_load(profile_files.resolve(None).read_text())

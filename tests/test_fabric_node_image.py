@@ -7,12 +7,13 @@ import subprocess
 import kubernetes_validate
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.fabric import checks, manifests, parsers, validate
-from pdkit.fabric.cluster import JobRun
-from pdkit.fabric.thresholds import derive
-from pdkit.kube import GPU
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.thresholds import derive
+from pdkit.ops.fabric import checks, parsers, validate
+from pdkit.ops.jobs import JobRun
+from pdkit.ops.kube import GPU
+from pdkit.render import fabric as manifests
 from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import Clock, FakeCluster, fixture
 

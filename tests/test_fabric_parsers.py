@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdkit.fabric import parsers
+from pdkit.ops.fabric import parsers
 from tests.fixtures.fabric.fakes import fixture
 
 

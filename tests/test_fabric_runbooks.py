@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.bench import manifests as bench_manifests
-from pdkit.fabric import checks
-from pdkit.fabric.thresholds import derive
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.thresholds import derive
+from pdkit.ops.fabric import checks
+from pdkit.render import bench as bench_manifests
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOKS = ROOT / "runbooks"

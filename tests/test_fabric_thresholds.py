@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.bench import seed
-from pdkit.fabric import thresholds
-from pdkit.fabric.thresholds import derive
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files, seed, thresholds
+from pdkit.model.thresholds import derive
 
 
 def _plan(raw=None):

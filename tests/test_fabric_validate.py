@@ -8,11 +8,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
 from pdkit.errors import KitError
-from pdkit.fabric import validate
-from pdkit.fabric.cluster import JobState, PodState, Waiting, run_jobs
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.ops.fabric import validate
+from pdkit.ops.jobs import JobState, PodState, Waiting, run_jobs
 from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import Clock, FakeCluster, fixture
 
@@ -69,7 +69,7 @@ def test_all_phases_pass_and_everything_is_cleaned_up(plan):
 def test_the_cli_runs_the_decode_check_in_the_serving_image_and_records_it(monkeypatch, tmp_path):
     """Issue 14 item 8: the UCCL-EP check stands for decode, so it runs in decode's serving image (the
     validation image's deep_ep could differ from the one serving loads); the result says which image."""
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
 
     fake = FakeCluster(logs=GOOD_LOGS)
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: fake)
@@ -201,7 +201,7 @@ def test_cli_rejects_unknown_phase(capsys):
 
 
 def test_cli_runs_prints_and_saves(monkeypatch, capsys, tmp_path):
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
 
     fake = FakeCluster(logs=GOOD_LOGS)
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: fake)
@@ -216,7 +216,7 @@ def test_cli_runs_prints_and_saves(monkeypatch, capsys, tmp_path):
 
 
 def test_cli_exit_code_is_one_on_failure(monkeypatch, capsys, tmp_path):
-    from pdkit.fabric import cluster as cluster_mod
+    from pdkit.ops import jobs as cluster_mod
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
     monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs=logs))
@@ -245,8 +245,8 @@ def test_help_imports_nothing_heavy():
 
 def test_validate_runs_every_phase_by_default_and_its_help_names_them(capsys):
     """A new phase is run by plain `pdkit validate` and documented in its --help."""
-    from pdkit.cli import build_parser
-    from pdkit.fabric import manifests
+    from pdkit.cli.main import build_parser
+    from pdkit.render import fabric as manifests
 
     args = build_parser().parse_args(["validate"])
     assert args.only is None

@@ -10,8 +10,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from pdkit import reservation
 from pdkit.functions import block_lifecycle, cfn_response, reservation_guard
+from pdkit.model import reservation
 
 RID = "cr-0123456789abcdef0"
 WANT = {"ReservationId": RID, "InstanceType": "p5en.48xlarge", "InstanceCount": "4", "AvailabilityZone": "eu-south-2a"}

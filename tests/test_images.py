@@ -12,7 +12,7 @@ from aws_cdk.assertions import Match
 from botocore.stub import Stubber
 
 from pdkit.functions import start_build
-from pdkit.images import _versions_module
+from pdkit.model.images import _versions_module
 from tests.conftest import ROOT, synth
 
 
@@ -182,7 +182,7 @@ def test_source_asset_holds_every_build_context_file_and_nothing_else(kit):
     assert needed <= files, sorted(needed - files)
     outside = {name for name in files if not name.startswith("containers/")}
     assert outside == {name for name in needed if name.startswith("pdkit/")}, sorted(outside)
-    assert {"pdkit/serving/staging.py", "pdkit/serving/weights_manifest.py"} <= outside
+    assert {"pdkit/pods/staging.py", "pdkit/pods/weights_manifest.py"} <= outside
     assert not [name for name in files if "__pycache__" in name or any(part.startswith(".") for part in name.split("/"))]
 
 

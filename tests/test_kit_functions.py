@@ -39,7 +39,7 @@ def raw_with():
 
     import yaml
 
-    from pdkit import profile_files
+    from pdkit.model import profile_files
 
     def change(dotted, value):
         raw = copy.deepcopy(yaml.safe_load(profile_files.resolve(None).read_text()))
@@ -114,8 +114,8 @@ def test_eventbridge_may_use_the_key_of_every_rule_dead_letter_queue(kit, stack)
 def test_a_reservation_of_zero_is_refused_with_the_fix(raw_with, value):
     """Reserved concurrency 0 throttles a function: "To throttle a function, set the reserved concurrency to zero"
     (https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html); the lifecycle would never drain."""
-    from pdkit import profile_files
     from pdkit.errors import ProfileError
+    from pdkit.model import profile_files
 
     with pytest.raises(ProfileError) as err:
         profile_files.parse(raw_with("cluster.lambda_reserved_concurrency", value))

@@ -4,8 +4,8 @@ the Kubernetes side is a fake that records Node labels and DisaggregatedSet scal
 
 from __future__ import annotations
 
-from pdkit.cli import main
-from pdkit.placement import PLACED_ROLE_LABEL
+from pdkit.cli.main import main
+from pdkit.model.placement import PLACED_ROLE_LABEL
 from tests.fixtures.cmd_support import instance, instances_page, real_profile, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -26,14 +26,14 @@ def _group_of(instance_id: str) -> str:
 
 
 class FakeCluster:
-    """`pdkit.kube.Kube` as `nodes up` uses it: GPU nodes that have joined, Node labels, the roles' replicas."""
+    """`pdkit.ops.kube.Kube` as `nodes up` uses it: GPU nodes that have joined, Node labels, the roles' replicas."""
 
     def __init__(self, events: list[str], joined: list[str]) -> None:
         self.events = events
         self.joined = joined
 
     def gpu_nodes(self):
-        from pdkit import kube
+        from pdkit.ops import kube
 
         return [
             kube.Node(name=f"ip-{i}", role=_group_of(i).rsplit("-", 1)[-1], ready=True, gpus=8, efa=16, instance_id=i) for i in self.joined
@@ -101,7 +101,7 @@ def test_up_labels_the_nodes_from_the_topology_before_restoring_serving(aws, tmp
     (https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#node-affinity): the placed-role
     labels go on first, then the DisaggregatedSet gets its replicas. Instances under one bottom network node are
     the closest (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/how-ec2-instance-topology-works.html)."""
-    from pdkit import kube
+    from pdkit.ops import kube
 
     events: list[str] = []
     monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(events, list(PATHS)))
@@ -121,7 +121,7 @@ def test_up_labels_the_nodes_from_the_topology_before_restoring_serving(aws, tmp
 
 def test_nodes_that_never_join_get_a_warning_and_serving_anyway(aws, tmp_path, monkeypatch, capsys):
     """The join wait is bounded (nodes.JOIN_POLLS); then the command restores serving unlabelled and exits 0."""
-    from pdkit import kube, nodes
+    from pdkit.ops import kube, nodes
 
     events: list[str] = []
     naps: list[float] = []
@@ -139,7 +139,7 @@ def test_nodes_that_never_join_get_a_warning_and_serving_anyway(aws, tmp_path, m
 def test_a_refused_topology_call_warns_and_still_restores_serving(aws, tmp_path, monkeypatch, capsys):
     """EC2 refuses DescribeInstanceTopology without ec2:DescribeInstanceTopology (EC2 User Guide, instance topology
     prerequisites): a WARN, no label, serving restored, exit 0."""
-    from pdkit import kube
+    from pdkit.ops import kube
 
     events: list[str] = []
     monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(events, list(PATHS)))

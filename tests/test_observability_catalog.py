@@ -2,7 +2,7 @@
 
 A dashboard panel or alarm on a metric nobody collects shows "no data" forever and never pages;
 these tests parse every rendered panel, alarm and status query and check each metric (and its
-dimension set) against pdkit/observability/catalog.py.
+dimension set) against pdkit/render/observability/catalog.py.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import context, profile_files, status_metrics
-from pdkit import plan as plan_mod
-from pdkit.observability import alarms, catalog, dashboards, figures, scrape
-from pdkit.plan import ROLE_LABEL
+from pdkit.cli import context
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import ROLE_LABEL
+from pdkit.ops import status_metrics
+from pdkit.render.observability import alarms, catalog, dashboards, figures, scrape
 
 PLAN = context.load_plan(None)
 ARN = "arn:aws:cloudwatch:eu-south-2:111122223333:alarm:"
@@ -202,8 +204,8 @@ def test_healthy_workers_get_role_and_replica_from_the_sglang_pod_at_that_addres
 
 def test_scrape_names_agree_with_the_serving_manifests():
     """Coordinated by value with pdkit/serving: the ports the pods and the router's discovery use."""
-    sglang_args = pytest.importorskip("pdkit.serving.sglang_args")
-    router_args = pytest.importorskip("pdkit.serving.router_args")
+    sglang_args = pytest.importorskip("pdkit.render.serving.sglang_args")
+    router_args = pytest.importorskip("pdkit.render.serving.router_args")
     assert sglang_args.SGLANG_PORT == catalog.SGLANG_PORT
     assert router_args.ROUTER_METRICS_PORT == catalog.ROUTER_METRICS_PORT
     argv = router_args.router_argv(PLAN)

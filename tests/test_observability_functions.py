@@ -12,10 +12,10 @@ import pytest
 from botocore.credentials import Credentials
 from botocore.stub import Stubber
 
-from pdkit import reservation
 from pdkit.functions import block_clock, serving_metrics
-from pdkit.observability import catalog
-from pdkit.observability.figures import FIGURES, FIGURES_BY_METRIC
+from pdkit.model import reservation
+from pdkit.render.observability import catalog
+from pdkit.render.observability.figures import FIGURES, FIGURES_BY_METRIC
 
 RID = "cr-0123456789abcdef0"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

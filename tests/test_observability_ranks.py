@@ -10,13 +10,15 @@ from urllib.parse import parse_qs
 import pytest
 from botocore.credentials import Credentials
 
-from pdkit import context, profile_files, status_metrics
-from pdkit import plan as plan_mod
+from pdkit.cli import context
 from pdkit.errors import ProfileError
 from pdkit.functions import serving_metrics
-from pdkit.observability import alarms, catalog, dashboards
-from pdkit.observability.figures import FIGURES_BY_METRIC
-from pdkit.serving.sglang_args import launch_argv
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.ops import status_metrics
+from pdkit.render.observability import alarms, catalog, dashboards
+from pdkit.render.observability.figures import FIGURES_BY_METRIC
+from pdkit.render.serving.sglang_args import launch_argv
 
 PLAN = context.load_plan(None)
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

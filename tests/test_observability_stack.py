@@ -15,10 +15,11 @@ import pytest
 import yaml
 from aws_cdk.assertions import Match, Template
 
-from pdkit import context, profile_files
-from pdkit import plan as plan_mod
-from pdkit.observability import alarms, catalog, scrape
-from pdkit.plan import Plan
+from pdkit.cli import context
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import Plan
+from pdkit.render.observability import alarms, catalog, scrape
 from stacks.cluster_stack import ClusterStack
 from stacks.kit import build_kit
 from stacks.network_stack import NetworkStack

@@ -1,4 +1,4 @@
-"""pdkit/status_metrics.py: the headline figures `pdkit status` prints, from GetMetricData results."""
+"""pdkit/ops/status_metrics.py: the headline figures `pdkit status` prints, from GetMetricData results."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import boto3
 from botocore.stub import Stubber
 
-from pdkit import context, status_metrics
+from pdkit.cli import context
+from pdkit.ops import status_metrics
 
 PLAN = context.load_plan(None)
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ import json
 import re
 from importlib import metadata
 
-from pdkit import profile_files
+from pdkit.model import profile_files
 
 ROOT = profile_files.ROOT
 

@@ -2,7 +2,7 @@
 
 The GPU node groups are fixed per role and EC2 chooses which of the block's instances each group
 gets, so a required rule on the role or on a network-node label could match no node of the block
-and leave pods Pending in the paid block (pdkit/placement.py).
+and leave pods Pending in the paid block (pdkit/model/placement.py).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.placement import PLACED_ROLE_LABEL
-from pdkit.plan import ROLE_LABEL
-from pdkit.serving import inputs, manifests
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.placement import PLACED_ROLE_LABEL
+from pdkit.model.plan import ROLE_LABEL
+from pdkit.render.serving import inputs, manifests
 
 PROFILES = profile_files.available_profiles()
 

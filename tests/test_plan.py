@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pdkit import catalog, plan, profile_files
+from pdkit.model import catalog, plan, profile_files
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ H200_MIB = catalog.instance_types()["p5en.48xlarge"].gpu_memory_mib
 
 
 def _r1_decode(backend, attn_dp, graph_bs, max_running):
-    from pdkit.gpu_memory import RoleShape
+    from pdkit.model.gpu_memory import RoleShape
 
     return RoleShape("decode", backend, "low_latency", 16, 1, 16, attn_dp, max_running, None, None, tuple(graph_bs))
 
@@ -100,7 +100,7 @@ def test_memory_model_reproduces_aws_p5en_decode_points():
     """serve-pd.sh: DP-attention decode "must pin --cuda-graph-bs 128 (with --mem-fraction-static 0.78)", else
     "each of the 16 DP ranks captures the full batch-size list [1..512] and OOMs"; UCCL-EP decode "0.82 OOMs
     during CUDA-graph capture inside uccl_ep.cc" and runs at 0.70 (also with DP attention and --cuda-graph-bs 128)."""
-    from pdkit.gpu_memory import decode_graph_batch_sizes, derived_fraction
+    from pdkit.model.gpu_memory import decode_graph_batch_sizes, derived_fraction
 
     def derived(shape):
         return derived_fraction(shape, H200_MIB, **R1)
@@ -117,7 +117,7 @@ def test_memory_model_reproduces_aws_p5en_decode_points():
 def test_ep_buffers_follow_deepep_sizing():
     """DeepEP's low-latency buffer (csrc/config.hpp LowLatencyLayout, 128 tokens per rank as SGLang sets it) is
     four regions of experts x tokens x one BF16 token plus its scales; normal mode inside one node is NVLink only."""
-    from pdkit.gpu_memory import deepep_low_latency_bytes, deepep_normal_bytes
+    from pdkit.model.gpu_memory import deepep_low_latency_bytes, deepep_normal_bytes
 
     per_region = 256 * 128 * (7168 * 2 + 7168 // 128 * 4)
     assert deepep_low_latency_bytes(16, 7168, 256) == pytest.approx(4 * per_region, rel=0.01)
@@ -167,7 +167,7 @@ def test_dp_decode_graphs_stop_at_one_ranks_batch(raw_with):
 
 
 def test_plan_text_shows_the_memory_budget_per_role_and_backend(seed):
-    from pdkit.plan_report import as_text
+    from pdkit.render.plan_report import as_text
 
     text = as_text(seed)
     assert "Memory per GPU" in text
@@ -180,7 +180,7 @@ def test_plan_text_shows_the_memory_budget_per_role_and_backend(seed):
 def test_first_boot_has_its_own_budget_for_the_deepgemm_compile(seed):
     """A first boot JIT-compiles DeepGEMM's kernels (AWS recipe/serve-pd.sh runs `sglang.compile_deep_gemm`
     before serving); a warm boot only loads. The plan budgets both, and `pdkit plan` shows both."""
-    from pdkit.plan_report import as_text
+    from pdkit.render.plan_report import as_text
 
     est = seed.estimates
     assert est.precompile_minutes > 0

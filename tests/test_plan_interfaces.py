@@ -1,4 +1,4 @@
-"""The GPU nodes' network-interface layout, decided once in the plan (pdkit/plan.py `_interfaces`), asserted
+"""The GPU nodes' network-interface layout, decided once in the plan (pdkit/model/plan.py `_interfaces`), asserted
 field by field rather than only through the capacity stack's snapshot.
 
 EC2's layout for instances with several network cards
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdkit import catalog, plan, profile_files
 from pdkit.errors import ProfileError
-from pdkit.plan import NetworkInterface
+from pdkit.model import catalog, plan, profile_files
+from pdkit.model.plan import NetworkInterface
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pdkit import profile_files
 from pdkit.errors import ProfileError
-from pdkit.profile import Profile
+from pdkit.model import profile_files
+from pdkit.model.profile import Profile
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pdkit import plan, profile_files
 from pdkit.errors import KitError, ProfileError
+from pdkit.model import plan, profile_files
 
 CASES = [
     # (id, changes, field named, words the problem or fix must contain)
@@ -172,7 +172,7 @@ def test_cdk_app_prints_one_line_and_no_traceback(tmp_path, raw_with):
 
 
 def test_unknown_profile_name_suggests_the_closest(capsys):
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     assert main(["plan", "--profile", "glm51-fp8-2p2"]) == 2
     err = capsys.readouterr().err
@@ -180,7 +180,7 @@ def test_unknown_profile_name_suggests_the_closest(capsys):
 
 
 def test_invalid_yaml_names_the_line(tmp_path, capsys):
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     bad = tmp_path / "broken.yaml"
     bad.write_text("name: x\naws:\n  region: [unclosed\n")
@@ -307,7 +307,7 @@ def test_broken_file_gets_one_line_fast(tmp_path, capsys, make, words):
     import time
     import tracemalloc
 
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     path = tmp_path / "bad.yaml"
     if callable(make):

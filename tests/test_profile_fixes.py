@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import plan, profile_files
 from pdkit.errors import ProfileError
+from pdkit.model import plan, profile_files
 
 # (id, changes that break the default profile in one place, the field the error names).
 # Rules whose fix needs the operator's own facts are not here: the block's AZ (from

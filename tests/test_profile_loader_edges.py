@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from pdkit import profile_files
 from pdkit.errors import KitError, ProfileError
+from pdkit.model import profile_files
 
 
 def test_a_cdk_json_without_a_default_profile_names_the_fix(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit import profile_files
+from pdkit.model import profile_files
 from tests.conftest import Kit, synth
 
 NAME = "other-pd"

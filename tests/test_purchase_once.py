@@ -21,10 +21,10 @@ import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError
 from botocore.stub import Stubber
 
-from pdkit import aws_clients, purchase
-from pdkit.aws_clients import Patience
-from pdkit.capacity import ExtensionOffering, Offering
-from pdkit.cli import main
+from pdkit.cli.main import main
+from pdkit.ops import aws_clients, purchase
+from pdkit.ops.aws_clients import Patience
+from pdkit.ops.capacity import ExtensionOffering, Offering
 from tests.fixtures.cmd_support import CR, REGION, real_profile
 from tests.fixtures.ec2_standin import HANG, error, items, ok, running
 
@@ -381,8 +381,8 @@ def test_the_purchase_client_never_retries_whatever_the_environment_says(offline
 
 
 def test_the_purchase_logic_imports_no_cli_or_terminal_code():
-    """pdkit.purchase is reused outside the CLI (a CloudFormation custom resource): no rich, console or argparse CLI."""
-    probe = "import sys, pdkit.purchase; print(sorted(m for m in sys.modules if m in {'rich', 'pdkit.console', 'pdkit.cli', 'pdkit.fee_prompt'}))"
+    """pdkit.ops.purchase is reused outside the CLI (a CloudFormation custom resource): no rich, console or argparse CLI."""
+    probe = "import sys, pdkit.ops.purchase; print(sorted(m for m in sys.modules if m in {'rich', 'pdkit.console', 'pdkit.cli.main', 'pdkit.cli.fee_prompt'}))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from pdkit.cli import main
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.cli.main import main
 from tests.test_cmd_preflight import PINS, addon_versions, stub_lambda, stub_node_image
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]

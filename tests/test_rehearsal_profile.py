@@ -17,10 +17,11 @@ import pytest
 import yaml
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from pdkit import deployment, profile_files
-from pdkit import plan as plan_mod
+from pdkit import deployment
 from pdkit.errors import KitError, ProfileError
-from pdkit.plan import STACKS
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import STACKS
 from pdkit.rehearsal_rules import RehearsalMismatch
 from tests.conftest import synth
 from tests.test_snapshots import normalize
@@ -176,7 +177,7 @@ def test_rehearsal_capacity_snapshot(rehearsal_kit, snapshot):
 
 def test_plan_command_shows_the_rehearsal_and_its_next_step(capsys):
     """An on-demand plan says it has no reservation and points at preflight and `pdkit rehearse`, not at buying a block."""
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     assert main(["plan", "--profile", REHEARSAL]) == 0
     out = capsys.readouterr().out
@@ -188,7 +189,7 @@ def test_plan_command_shows_the_rehearsal_and_its_next_step(capsys):
 
 def test_mismatch_reaches_the_operator_as_one_line_per_difference(tmp_path, capsys):
     """Through the CLI: exit 2, one line per difference, each with the field and the fix, no traceback."""
-    from pdkit.cli import main
+    from pdkit.cli.main import main
 
     raw = _set(_raw(REHEARSAL), "serving.kv_transfer", "nixl")
     _set(raw, "roles.decode.parallelism.deepep_mode", "normal")
@@ -230,7 +231,7 @@ def test_rehearsal_healthy_replica_alarm_waits_the_grace_without_a_clock(rehears
     """Without a block clock the alarm reads HealthyWorkers alone and waits the plan's grace (nodes joining,
     staging, start-up budget) as consecutive 1-minute periods; CloudWatch allows EvaluationPeriods x Period up
     to one day (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html)."""
-    from pdkit.observability.alarms import serving_grace_minutes
+    from pdkit.render.observability.alarms import serving_grace_minutes
 
     grace = serving_grace_minutes(rehearsal_kit.plan)
     (alarm,) = [

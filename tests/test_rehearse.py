@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from pdkit import rehearsal
-from pdkit.cli import main
-from pdkit.context import load_plan
+from pdkit.cli.context import load_plan
+from pdkit.cli.main import main
 from pdkit.errors import KitError
+from pdkit.ops import rehearsal
 from tests.fixtures.cmd_support import AwsStubs, profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -30,14 +30,14 @@ def plan() -> Any:
 
 @pytest.fixture
 def priced_plan(tmp_path: Path) -> Any:
-    """The default profile moved to a region pdkit/data/prices.yaml prices."""
+    """The default profile moved to a region pdkit/model/data/prices.yaml prices."""
     return load_plan(profile(tmp_path, aws__region="us-east-1", aws__availability_zone="us-east-1a"))
 
 
 def test_estimate_is_gpu_price_times_count_times_hours_plus_cluster_and_nat(priced_plan: Any) -> None:
     """On-demand is billed per instance-hour (https://aws.amazon.com/ec2/pricing/on-demand/), the EKS cluster per
     hour (https://aws.amazon.com/eks/pricing/) and each NAT gateway per hour (https://aws.amazon.com/vpc/pricing/):
-    every number comes from pdkit/data/prices.yaml for the plan's region."""
+    every number comes from pdkit/model/data/prices.yaml for the plan's region."""
     plan = priced_plan
     table = rehearsal.prices()
     gpu = table["on_demand_usd_per_hour"][plan.region][plan.instance.name]
@@ -50,7 +50,7 @@ def test_estimate_is_gpu_price_times_count_times_hours_plus_cluster_and_nat(pric
 
 
 def test_an_unconfirmed_price_says_so_on_its_line(tmp_path: Path, priced_plan: Any) -> None:
-    """A price no source confirmed is listed under `unconfirmed` in pdkit/data/prices.yaml and the estimate marks
+    """A price no source confirmed is listed under `unconfirmed` in pdkit/model/data/prices.yaml and the estimate marks
     its line; a confirmed one (us-east-1 on-demand: the AWS Price List API as Karpenter's generated table has it,
     2026-07-20) carries no mark. Every listed key names a number the file really holds."""
     table = rehearsal.prices()
@@ -132,7 +132,7 @@ def test_steps_run_existing_targets_and_commands_in_order() -> None:
 
 
 def test_validate_runs_before_serving_is_restored() -> None:
-    """`pdkit validate` refuses while sglang pods are Pending or Running (pdkit/fabric/validate.py,
+    """`pdkit validate` refuses while sglang pods are Pending or Running (pdkit/ops/fabric/validate.py,
     ensure_serving_stopped) and `pdkit nodes up` restores serving unless `--no-serving`: so the nodes come
     up with serving held back, validate runs, the admin-key Secret the SGLang pods need is made, and only
     then is serving restored for the benchmark."""
@@ -153,8 +153,8 @@ def test_validate_runs_before_serving_is_restored() -> None:
 
 def test_admin_key_step_creates_the_secret_only_when_missing() -> None:
     """The pods read NAME-sglang-admin with optional: false; the step keeps an existing key (get || create)."""
-    from pdkit.commands.rehearse import admin_key_shell
-    from pdkit.context import load_plan
+    from pdkit.cli.commands.rehearse import admin_key_shell
+    from pdkit.cli.context import load_plan
 
     shell = admin_key_shell(load_plan(REHEARSAL))
     get, create = shell.split(" || ")
@@ -197,10 +197,10 @@ def test_from_step_and_only_select_steps() -> None:
 
 
 def test_startup_write_up_sets_the_measured_timeline_beside_the_plan(tmp_path: Path) -> None:
-    """The rehearsal's start-up report is pdkit.timeline's per-phase budget, built offline from a captured bundle; the
+    """The rehearsal's start-up report is pdkit.ops.timeline's per-phase budget, built offline from a captured bundle; the
     fixture bundle is in the real formats of EC2 responses, Kubernetes events and SGLang/stager log lines
     (tests/fixtures/timeline/cold-boot/README.md)."""
-    from pdkit.timeline import bundle, phases
+    from pdkit.ops.timeline import bundle, phases
 
     fixture = Path(__file__).parent / "fixtures" / "timeline" / "cold-boot"
     written = rehearsal.write_startup(plan_ := load_plan("glm51-fp8-2p2d"), fixture, tmp_path / "report" / "startup.md")
@@ -277,7 +277,7 @@ def test_clean_teardown_passes_and_prices_what_is_kept(plan: Any) -> None:
     """Kept resources found by tag through GetResources
     (https://docs.aws.amazon.com/resourcegroupstagging/latest/APIReference/API_GetResources.html); a KMS key pending
     deletion costs nothing, an enabled one $1/month (https://aws.amazon.com/kms/pricing/); ECR, S3 and log storage per
-    GB-month from pdkit/data/prices.yaml, sized by DescribeImages, ListObjectsV2 and DescribeLogGroups storedBytes."""
+    GB-month from pdkit/model/data/prices.yaml, sized by DescribeImages, ListObjectsV2 and DescribeLogGroups storedBytes."""
     stubs = AwsStubs()
     _stub_running_checks(stubs, plan, instances=[], cluster=False, stack_status=None)
     arn = f"arn:aws:{{}}:{plan.region}:{ACCOUNT}:{{}}"

@@ -1,4 +1,4 @@
-"""pdkit/reservation.py at its edges: the drain boundary itself, a reservation without a State, and each
+"""pdkit/model/reservation.py at its edges: the drain boundary itself, a reservation without a State, and each
 mismatch naming what the block really has.
 
 EC2 terminates Capacity Block instances 30 minutes before the block's end time and sends the expiration
@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pdkit import reservation
+from pdkit.model import reservation
 
 RID = "cr-0123456789abcdef0"
 END = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)

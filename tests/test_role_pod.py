@@ -1,5 +1,5 @@
 """Issue 14 item 8: a validation check that stands for a role runs as that role's serving pods run
-(pdkit/serving/role_pod.py), and a role's security escape hatch reaches both, refused by the namespace's
+(pdkit/render/serving/role_pod.py), and a role's security escape hatch reaches both, refused by the namespace's
 Pod Security level unless the profile lowers it explicitly."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
 from pdkit.errors import ProfileError
-from pdkit.fabric import manifests as fabric
-from pdkit.fabric.thresholds import derive
-from pdkit.profile import Profile
-from pdkit.serving import inputs, manifests, names
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.profile import Profile
+from pdkit.model.thresholds import derive
+from pdkit.render import fabric as fabric
+from pdkit.render.serving import inputs, manifests, names
 
 VALIDATION_IMAGE = "registry.example/validation:v1"
 SERVING_IMAGE = "registry.example/sglang-efa:v1"

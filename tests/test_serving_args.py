@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
 from pdkit.errors import ProfileError
-from pdkit.serving import names, router_args, sglang_args
-from pdkit.serving.sglang_args import DEPRECATED_SPELLINGS, REJECTED_SPELLINGS, launch_argv, role_env
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.render.serving import names, router_args, sglang_args
+from pdkit.render.serving.sglang_args import DEPRECATED_SPELLINGS, REJECTED_SPELLINGS, launch_argv, role_env
 
 ROOT = Path(__file__).resolve().parent.parent
 HELP = ROOT / "conformance" / "help"

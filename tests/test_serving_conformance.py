@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conformance import check_sglang, export_cases
-from pdkit import catalog, profile_files
-from pdkit.serving import router_args, sglang_args
+from pdkit.model import catalog, profile_files
+from pdkit.render.serving import router_args, sglang_args
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "conformance"
@@ -102,7 +102,7 @@ def test_cases_cover_every_profile_role_and_switch(cases):
 def test_cases_carry_exactly_the_rendered_command_lines(cases):
     by_id = {c["id"]: c for c in cases}
     prof, path = profile_files.load("glm51-fp8-2p2d-tuned")
-    from pdkit import plan as plan_mod
+    from pdkit.model import plan as plan_mod
 
     tuned = plan_mod.build(prof, profile_path=path)
     assert by_id["glm51-fp8-2p2d-tuned/decode"]["argv"] == sglang_args.launch_argv(tuned, "decode")

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.serving import environment, inputs, manifests, names
-from pdkit.serving.sglang_args import role_env
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.render.serving import environment, inputs, manifests, names
+from pdkit.render.serving.sglang_args import role_env
 
 
 @pytest.fixture(scope="module")

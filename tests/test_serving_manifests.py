@@ -12,11 +12,11 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.commands import render as render_cmd
-from pdkit.serving import drain, inputs, manifests, names
-from pdkit.serving.sglang_args import SGLANG_PORT, launch_argv
+from pdkit.cli.commands import render as render_cmd
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.render.serving import drain, inputs, manifests, names
+from pdkit.render.serving.sglang_args import SGLANG_PORT, launch_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 LWS_SCHEMA = json.loads((ROOT / "tests" / "schemas" / "lws-v1.json").read_text())
@@ -148,7 +148,7 @@ def ds_replicas_rule_holds(ds):
 @pytest.mark.parametrize("name", PROFILES)
 def test_the_disaggregated_set_validates_against_the_pinned_crd(name):
     """kubernetes-sigs/lws v0.10.0 charts/lws/crds/disaggregatedset.x-k8s.io_disaggregatedsets.yaml, the chart
-    pdkit/data/addons.yaml pins; each role's template also passes the hand-written LWS schema and its pod
+    pdkit/model/data/addons.yaml pins; each role's template also passes the hand-written LWS schema and its pod
     template kubernetes-validate."""
     the_plan = load(name)
     (obj,) = of_kind(rendered(the_plan), "DisaggregatedSet")
@@ -247,7 +247,7 @@ def test_efa_request_follows_a_profile_override(raw_with):
 
 
 def test_the_sglang_container_runs_the_rendered_command_line(objs, seed):
-    from pdkit.serving.sglang_args import launch_argv
+    from pdkit.render.serving.sglang_args import launch_argv
 
     c = sglang_container(objs, "prefill", seed)
     assert c["args"] == [*launch_argv(seed, "prefill"), manifests.ADMIN_KEY_FLAG, f"$({manifests.ADMIN_KEY_ENV})"]
@@ -325,7 +325,7 @@ def test_sglang_runs_as_non_root_and_only_staging_writes_the_weights(objs, seed)
     (sglang,) = spec["containers"]
     assert sglang["securityContext"]["runAsNonRoot"] is True
     assert next(m for m in sglang["volumeMounts"] if m["name"] == "weights")["readOnly"] is True
-    assert stage["command"][:3] == ["python3", "-m", "pdkit.serving.staging"]
+    assert stage["command"][:3] == ["python3", "-m", "pdkit.pods.staging"]
     assert not next(m for m in stage["volumeMounts"] if m["name"] == "weights").get("readOnly")
 
 
@@ -380,7 +380,7 @@ def test_only_the_router_mounts_a_kubernetes_token_and_may_only_read_pods(objs, 
 def test_role_pods_land_on_their_tainted_nodes_one_per_node(objs, seed, role):
     r = seed.roles[role]
     spec = lws(objs, role, seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    # The role is only preferred (pdkit/placement.py, tests/test_placement_manifests.py): any GPU node fits.
+    # The role is only preferred (pdkit/model/placement.py, tests/test_placement_manifests.py): any GPU node fits.
     assert r.labels.keys().isdisjoint(spec["nodeSelector"])
     assert {"key": r.taint["key"], "operator": "Equal", "value": r.taint["value"], "effect": r.taint["effect"]} in spec["tolerations"]
     (term,) = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -597,7 +597,7 @@ def test_precompile_runs_the_roles_own_command_line_on_every_node_before_serving
 
 def test_the_cache_key_changes_with_anything_that_changes_the_kernels(seed):
     """A restored cache is only trusted by the server that built it: SGLang version, image, command line."""
-    from pdkit.serving import compile_cache_objects as cc
+    from pdkit.render.serving import compile_cache_objects as cc
 
     base = cc.key(seed, seed.decode, "111.dkr.ecr.eu-south-2.amazonaws.com/x/sglang-efa:a")
     assert cc.key(seed, seed.decode, "111.dkr.ecr.eu-south-2.amazonaws.com/x/sglang-efa:b") != base
@@ -609,12 +609,12 @@ def test_the_cache_key_changes_with_anything_that_changes_the_kernels(seed):
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
 def test_the_leader_saves_the_warm_cache_when_the_drain_deletes_the_pods(objs, seed, role):
-    """The drain scales the LeaderWorkerSets to zero, which deletes the pods (pdkit/serving/drain.py); kubelet
+    """The drain scales the LeaderWorkerSets to zero, which deletes the pods (pdkit/render/serving/drain.py); kubelet
     runs a container's preStop hook before stopping it on deletion, within terminationGracePeriodSeconds
     (kubernetes.io Pod Lifecycle, "Termination of Pods"). The drain waits longer than the grace period."""
     spec = _pod_spec(objs, role, seed)
     hook = spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
-    assert hook[:4] == ["python3", "-m", "pdkit.serving.compile_cache", "save"]
+    assert hook[:4] == ["python3", "-m", "pdkit.pods.compile_cache", "save"]
     warm = spec["initContainers"][1]["args"]
     for flag in ("--bucket", "--key", "--object-key", "--dir"):
         assert hook[hook.index(flag) + 1] == warm[warm.index(flag) + 1], flag
@@ -665,7 +665,7 @@ def test_status_finds_the_revisioned_leader_worker_sets_by_role_label(objs, seed
     """The controller names its LeaderWorkerSets <set>-<slice>-<revision>-<role> and copies the role's
     metadata labels onto them (lws v0.10.0 lws_manager.go Create: mergeLabels(config.ObjectMeta.Labels, ...)):
     `pdkit status` lists LeaderWorkerSets by the role label, so the role metadata must carry it."""
-    from pdkit.kube import ROLE_LABEL
+    from pdkit.ops.kube import ROLE_LABEL
 
     for role in seed.roles:
         assert lws(objs, role, seed)["metadata"]["labels"][ROLE_LABEL] == role
@@ -675,7 +675,7 @@ def test_prefill_pods_announce_their_bootstrap_port_to_the_router(objs, seed):
     """smg's label discovery takes a prefill worker's PD bootstrap port from the pod annotation
     sglang.ai/bootstrap-port (smg 1.13.0 router_args.py bootstrap_port_annotation); the controller copies
     template annotations onto the pods (lws_manager.go copyAnnotations)."""
-    from pdkit.serving.sglang_args import BOOTSTRAP_PORT
+    from pdkit.render.serving.sglang_args import BOOTSTRAP_PORT
 
     prefill = lws(objs, "prefill", seed)["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]
     assert prefill["annotations"] == {"sglang.ai/bootstrap-port": str(BOOTSTRAP_PORT)}

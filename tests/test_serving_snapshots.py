@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from pdkit import deployment, profile_files
-from pdkit.serving import inputs, manifests
+from pdkit import deployment
+from pdkit.model import profile_files
+from pdkit.render.serving import inputs, manifests
 
 
 def normalize(value: Any) -> Any:

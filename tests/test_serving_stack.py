@@ -68,7 +68,7 @@ def _pod_identity_role(t, service_account):
 
 def test_serving_pods_read_the_weights_and_write_only_their_compile_cache(kit):
     """The pods read the checkpoint; the one thing they write is the warm compile-cache archive at drain
-    (pdkit/serving/compile_cache.py), under this deployment's compile-cache prefix. S3 PutObject into an
+    (pdkit/pods/compile_cache.py), under this deployment's compile-cache prefix. S3 PutObject into an
     SSE-KMS bucket needs kms:GenerateDataKey (S3 user guide, "Using SSE-KMS", required permissions)."""
     t = kit.template("serving")
     role = _pod_identity_role(t, "glm51-2p2d-weights-reader")

@@ -13,11 +13,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pdkit import node_config, profile_files
-from pdkit import plan as plan_mod
-from pdkit.serving import inputs, manifests, names
-from pdkit.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT
-from pdkit.serving.sglang_args import SGLANG_PORT
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.render import node_config
+from pdkit.render.serving import inputs, manifests, names
+from pdkit.render.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT
+from pdkit.render.serving.sglang_args import SGLANG_PORT
 
 ROOT = Path(__file__).resolve().parent.parent
 SGLANG_HELP = ROOT / "conformance" / "help" / "sglang-0.5.23-launch_server.txt"
@@ -91,7 +92,7 @@ def test_only_the_router_and_the_role_pods_reach_sglang(seed, objs):
         json.dumps([{"ipBlock": {"cidr": str(seed.profile.network.vpc_cidr)}}], sort_keys=True): http,
     }
     # The router's worker URLs and the scrape configuration use exactly this port.
-    from pdkit.observability import catalog
+    from pdkit.render.observability import catalog
 
     assert catalog.SGLANG_PORT == SGLANG_PORT
 
@@ -178,7 +179,7 @@ def test_no_budget_lets_two_groups_go_at_once(name):
 
 
 def test_the_memlock_message_names_the_drop_in_the_launch_template_writes():
-    """pdkit/node_config.py's user data (the GPU launch template's) writes a systemd drop-in raising
+    """pdkit/render/node_config.py's user data (the GPU launch template's) writes a systemd drop-in raising
     containerd's LimitMEMLOCK; the kit sets no containerd base runtime spec. The message names what the
     node actually carries and how to look at it."""
     data = node_config.user_data()

@@ -13,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from pdkit.serving import staging, weights_manifest
-from pdkit.serving.staging import MARKER, Progress, StagingError, stage
-from pdkit.serving.weights_manifest import FileEntry, Manifest, ManifestError, import_snapshot, load_manifest, verify_bucket
+from pdkit.pods import staging, weights_manifest
+from pdkit.pods.staging import MARKER, Progress, StagingError, stage
+from pdkit.pods.weights_manifest import FileEntry, Manifest, ManifestError, import_snapshot, load_manifest, verify_bucket
 
 BUCKET = "glm51-2p2d-weights-000000000000-eu-south-2"
 PREFIX = "models/zai-org/GLM-5.1-FP8/main/"
@@ -272,9 +272,9 @@ def test_staging_entrypoint_runs_like_the_init_container(s3, imported, tmp_path,
 
 def test_staging_module_needs_nothing_from_pdkit_but_the_manifest():
     """The init container runs it from the serving image: no pydantic, no plan, no CDK."""
-    probe = "import sys, pdkit.serving.staging; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pdkit', 'pydantic', 'yaml', 'aws_cdk')))"
+    probe = "import sys, pdkit.pods.staging; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pdkit', 'pydantic', 'yaml', 'aws_cdk')))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == str(["pdkit", "pdkit.serving", "pdkit.serving.staging", "pdkit.serving.weights_manifest"])
+    assert loaded.strip() == str(["pdkit", "pdkit.render.serving", "pdkit.pods.staging", "pdkit.pods.weights_manifest"])
 
 
 def test_file_entry_paths_stay_inside_the_staging_directory():

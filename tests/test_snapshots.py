@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from syrupy.extensions.json import JSONSnapshotExtension
 
-from pdkit.context import load_plan
-from pdkit.plan import STACKS
+from pdkit.cli.context import load_plan
+from pdkit.model.plan import STACKS
 
 HASH = re.compile(r"[0-9a-f]{64}")
-# Image tags are content hashes of containers/ (pdkit/images.py): a Dockerfile edit is not a template change.
-# Image Builder names carry a 10-hex content fingerprint (pdkit/ami.py): the content itself is in the snapshot.
+# Image tags are content hashes of containers/ (pdkit/model/images.py): a Dockerfile edit is not a template change.
+# Image Builder names carry a 10-hex content fingerprint (pdkit/render/ami.py): the content itself is in the snapshot.
 FINGERPRINTED_NAME = re.compile(r"^([a-z0-9-]+)-[0-9a-f]{10}$")
 IMAGE_TAG = re.compile(r"\b(" + "|".join(map(re.escape, load_plan(None).images)) + r")-[0-9a-f]{12}\b")
 ACCOUNT = re.compile(r"(?<![0-9])[0-9]{12}(?![0-9])")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pdkit import kube
-from pdkit.cli import main
+from pdkit.cli.main import main
+from pdkit.ops import kube
 from tests.fixtures.cmd_support import FakeApps, FakeCore, FakeCustom, k8s_node, lws, real_profile, router_deployment
 from tests.test_cmd_status import stub_aws
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from pdkit.cli import main
-from pdkit.context import load_plan
-from pdkit.timeline import bundle as bundles
-from pdkit.timeline import phases
-from pdkit.timeline.marks import log_marks, parse_time
+from pdkit.cli.context import load_plan
+from pdkit.cli.main import main
+from pdkit.ops.timeline import bundle as bundles
+from pdkit.ops.timeline import phases
+from pdkit.ops.timeline.marks import log_marks, parse_time
 from tests.fixtures.cmd_support import CR, real_profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -75,7 +75,7 @@ def test_older_sglang_graph_lines_and_router_registration():
 
 
 def test_stager_lines_mark_begin_and_end_not_progress():
-    """pdkit/serving/staging.py logs "staging N files (...)" before, "staged X/Y GB (...)" as progress and
+    """pdkit/pods/staging.py logs "staging N files (...)" before, "staged X/Y GB (...)" as progress and
     "staged N files (X GB) in S s; ..." at the end (format "%(asctime)s %(message)s")."""
     marks = log_marks(
         [
@@ -202,7 +202,7 @@ def _stub_ec2(aws: Any) -> None:
 
 
 def _connect(monkeypatch: pytest.MonkeyPatch, core: FakeCore) -> None:
-    from pdkit import kube
+    from pdkit.ops import kube
 
     monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=None, custom=None))
 
@@ -273,7 +273,7 @@ def _edit(path: Path, change: Any) -> None:
 
 
 def test_a_precompile_step_is_its_own_phase_and_keeps_the_warm_boot_budget(tmp_path: Path):
-    """pdkit/serving/compile_cache.py logs "cold compile cache: running the DeepGEMM precompile (up to %.0f min): %s"
+    """pdkit/pods/compile_cache.py logs "cold compile cache: running the DeepGEMM precompile (up to %.0f min): %s"
     and "DeepGEMM precompile finished in %.1f min" from its init container; the server then finds the kernels."""
     copy = _copy(tmp_path)
     (copy / "logs" / "glm51-2p2d-decode-0" / "warm-compile-cache.log").write_text(

@@ -25,10 +25,11 @@ from kubernetes.client import (
 )
 from kubernetes.client.exceptions import ApiException
 
-from pdkit import commands, kube
-from pdkit.cli import main
-from pdkit.serving import weights_job
-from pdkit.serving.weights_manifest import FileEntry, Manifest
+from pdkit.cli import commands
+from pdkit.cli.main import main
+from pdkit.ops import kube
+from pdkit.pods.weights_manifest import FileEntry, Manifest
+from pdkit.render.serving import weights_job
 from tests.fixtures.cmd_support import profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -42,7 +43,7 @@ POD = "glm51-2p2d-weights-import-x7k2p"
 
 @pytest.fixture(autouse=True)
 def weights_registered(monkeypatch):
-    """Until pdkit/commands/__init__.py lists the module, register it for these tests."""
+    """Until pdkit/cli/commands/__init__.py lists the module, register it for these tests."""
     if "weights" not in commands.MODULES:
         monkeypatch.setattr(commands, "MODULES", (*commands.MODULES, "weights"))
     monkeypatch.setattr(weights_job, "POLL_SECONDS", 0)
@@ -257,7 +258,7 @@ def test_an_unreachable_cluster_explains_the_ssm_access_path(aws, monkeypatch, t
 
 
 def test_a_gated_model_passes_its_secret_to_the_job(aws, cluster, tmp_path):
-    from pdkit.profile import ModelRef
+    from pdkit.model.profile import ModelRef
 
     if "hf_token_secret_arn" not in ModelRef.model_fields:
         pytest.skip("ModelRef.hf_token_secret_arn is not in the profile schema yet")

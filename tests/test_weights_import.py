@@ -1,4 +1,4 @@
-"""The Hub -> S3 import the Job runs (pdkit/serving/weights_import.py), offline: moto's S3 and Secrets
+"""The Hub -> S3 import the Job runs (pdkit/pods/weights_import.py), offline: moto's S3 and Secrets
 Manager, and a fake Hub serving bytes from memory. Staging then reads what the import wrote."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from botocore import xform_name
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from pdkit.serving import staging, weights_import
-from pdkit.serving.weights_import import (
+from pdkit.pods import staging, weights_import
+from pdkit.pods.weights_import import (
     EXIT_NOT_RETRYABLE,
     FILE_ATTEMPTS,
     MIB,
@@ -33,7 +33,7 @@ from pdkit.serving.weights_import import (
     git_blob_id,
     import_from_hub,
 )
-from pdkit.serving.weights_manifest import MANIFEST_NAME, Manifest, load_manifest, verify_bucket
+from pdkit.pods.weights_manifest import MANIFEST_NAME, Manifest, load_manifest, verify_bucket
 
 BUCKET = "glm51-2p2d-weights-000000000000-eu-south-2"
 PREFIX = "models/zai-org/GLM-5.1-FP8/main/"
@@ -393,11 +393,11 @@ def test_exit_codes_tell_the_job_whether_to_retry(aws, capsys):
 def test_the_import_module_needs_nothing_from_pdkit_but_the_manifest():
     """The Job runs it from the serving image: no pydantic, no plan, no CDK; boto3 and huggingface_hub load on use."""
     probe = (
-        "import sys, pdkit.serving.weights_import; "
+        "import sys, pdkit.pods.weights_import; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pdkit', 'pydantic', 'yaml', 'aws_cdk', 'boto3', 'huggingface_hub')))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == str(["pdkit", "pdkit.serving", "pdkit.serving.weights_import", "pdkit.serving.weights_manifest"])
+    assert loaded.strip() == str(["pdkit", "pdkit.render.serving", "pdkit.pods.weights_import", "pdkit.pods.weights_manifest"])
 
 
 # --- the real Hub client, against a local HTTP server speaking the Hub's API --------------------------

@@ -1,4 +1,4 @@
-"""The weights import Job rendered from the plan (pdkit/serving/weights_job.py): valid for the
+"""The weights import Job rendered from the plan (pdkit/render/serving/weights_job.py): valid for the
 cluster's Kubernetes version, on the system nodes, as the writer service account, restricted, bounded."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.serving import inputs, manifests, names, weights_import, weights_job
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.pods import weights_import
+from pdkit.render.serving import inputs, manifests, names, weights_job
 
 IMAGE = "123456789012.dkr.ecr.eu-south-2.amazonaws.com/glm51-2p2d/sglang-efa:0.5.23-test"
 BUCKET = "glm51-2p2d-weights-123456789012-eu-south-2"
@@ -122,7 +123,7 @@ def test_deadline_backoff_and_failure_policy(plan, job):
 
 def test_the_command_is_the_import_modules_own_cli(plan, job):
     command = container(job)["command"]
-    assert command[:3] == ["python3", "-m", "pdkit.serving.weights_import"]
+    assert command[:3] == ["python3", "-m", "pdkit.pods.weights_import"]
     assert importlib.util.find_spec(command[2]) is not None
     args = weights_import.build_parser().parse_args(command[3:])
     assert (args.model, args.revision) == ("zai-org/GLM-5.1-FP8", "main")

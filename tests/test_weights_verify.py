@@ -1,4 +1,4 @@
-"""`python -m pdkit.serving.weights_manifest verify` (runbooks/02-serve.md): the hash check, not only the size.
+"""`python -m pdkit.pods.weights_manifest verify` (runbooks/02-serve.md): the hash check, not only the size.
 
 The import writes each object's sha256 into its user metadata (`x-amz-meta-sha256`), which S3 returns on
 HeadObject as `Metadata` (S3 API reference, HeadObject: "Metadata: A map of metadata to store with the object
@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 from test_serving_weights import BUCKET, FILES, PREFIX, REGION, imported, s3, sha, snapshot_dir  # noqa: F401 (fixtures)
 
-from pdkit.serving import weights_manifest
+from pdkit.pods import weights_manifest
 
 SHARD = "model-00001-of-00002.safetensors"
 
@@ -50,7 +50,7 @@ def test_verify_passes_an_untouched_bucket_and_names_the_manifest(s3, imported, 
 
 
 def test_import_from_the_command_line_uploads_the_snapshot_and_its_manifest(s3, snapshot_dir, capsys, caplog):  # noqa: F811
-    """`python -m pdkit.serving.weights_manifest import DIR --model --revision --bucket --prefix` (runbooks/02-serve.md)."""
+    """`python -m pdkit.pods.weights_manifest import DIR --model --revision --bucket --prefix` (runbooks/02-serve.md)."""
     caplog.set_level(logging.INFO)
     made = []
 
@@ -89,7 +89,7 @@ def test_a_command_is_required(capsys):
     with pytest.raises(SystemExit) as exit_info:
         weights_manifest.main([], s3_factory=lambda r, n: pytest.fail("no client without a command"))
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.startswith("usage: python -m pdkit.serving.weights_manifest [-h] {import,verify} ...")
+    assert capsys.readouterr().err.startswith("usage: python -m pdkit.pods.weights_manifest [-h] {import,verify} ...")
 
 
 def test_the_region_defaults_to_aws_region(monkeypatch, s3, imported):  # noqa: F811

@@ -42,7 +42,7 @@ OFI_NCCL_PLUGIN = OFI_NCCL_LIB_DIR / "libnccl-net-ofi.so"
 NCCL_TESTS_DIR = Path("/opt/nccl-tests/bin")
 FABTESTS_DIR = Path("/opt/fabtests/bin")
 UCCL_EP_BENCH_DIR = Path("/opt/uccl-ep/bench")
-# mpirun's rsh agent in the nccl phase (pdkit/fabric/manifests.py): kubectl exec through this script.
+# mpirun's rsh agent in the nccl phase (pdkit/render/fabric.py): kubectl exec through this script.
 KUBECTL = Path("/usr/local/bin/kubectl")
 KUBECTL_RSH = Path("/opt/kit/bin/kubectl-rsh.sh")
 
@@ -75,10 +75,10 @@ EXPECTED_FROM_BUILD_ARGS = {
 # NVIDIA container toolkit) and the CUDA runtime, which torch loads from its wheels before these libraries.
 RUNTIME_PROVIDED = re.compile(r"^(libcuda\.so\.\d+|libnvidia-ml\.so\.\d+|libcudart\.so\.\d+)$")
 NON_EFA_MOONCAKE = "mooncake-transfer-engine"
-# The weights-staging init container runs `python3 -m pdkit.serving.staging` from the serving image.
+# The weights-staging init container runs `python3 -m pdkit.pods.staging` from the serving image.
 # The probe imports it (and what it imports lazily) with that same interpreter and reports whether
 # botocore sees the AWS CRT (boto3[crt]), which S3 transfers use for parallel ranged GETs.
-STAGING_MODULE = "pdkit.serving.staging"
+STAGING_MODULE = "pdkit.pods.staging"
 STAGING_MARKER = "selftest-staging-import-ok"
 STAGING_PROBE = (
     f"import {STAGING_MODULE}, boto3.s3.transfer, botocore.compat; "
@@ -261,7 +261,7 @@ def check_router(system: System, expected: Mapping[str, str]) -> Result:
 
 
 def check_weights_staging(system: System, expected: Mapping[str, str]) -> Result:
-    """`python3 -m pdkit.serving.staging` (the init container's command) imports, with boto3 on the AWS CRT."""
+    """`python3 -m pdkit.pods.staging` (the init container's command) imports, with boto3 on the AWS CRT."""
     name = "weights staging module"
     problems: list[str] = []
     version = system.dist_version("boto3")

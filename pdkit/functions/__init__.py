@@ -1,1 +1,2 @@
-"""AWS Lambda handlers. Standard library + boto3 only; bundled with pdkit/reservation.py by stacks/function_code.py."""
+"""AWS Lambda handlers. Standard library + boto3 only; stacks/function_code.py bundles each with the few
+pdkit modules it imports (for example pdkit/model/reservation.py)."""

@@ -15,8 +15,8 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from pdkit.observability import catalog as c
-from pdkit.reservation import PLACEHOLDER
+from pdkit.model.reservation import PLACEHOLDER
+from pdkit.render.observability import catalog as c
 
 
 def readings(reservation: dict[str, Any] | None, now: datetime) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Capacity Block lifecycle: operators need not be awake at block start or end.
 
 - "Capacity Block Delivered": scale the GPU node groups to their plan sizes, wait (bounded) until the
-  planned GPU nodes have joined, give each its role from the instance topology (pdkit/placement.py:
+  planned GPU nodes have joined, give each its role from the instance topology (pdkit/model/placement.py:
   the closest instances serve decode) as the `pdkit/placed-role` label, and only then put every role
   of the DisaggregatedSet back to its plan replicas: a pod already scheduled keeps its node, so the
   labels must be there first. Nodes that are late, or a placement that fails, never hold serving:
@@ -10,7 +10,7 @@
   lead (T-60 by default), drain: scale every role to 0 through the Kubernetes API, wait
   (bounded) for their pods to go, then scale the GPU node groups to 0. Deleting pods is not subject
   to the serving PodDisruptionBudgets, so they never hold the node drain EKS then does, ahead of
-  EC2's T-40 warning, EKS's own scale-down and T-30 termination (pdkit/serving/drain.py).
+  EC2's T-40 warning, EKS's own scale-down and T-30 termination (pdkit/render/serving/drain.py).
 - "Capacity Block Expiration Warning": the same drain, as a backstop.
 The node groups are scaled whatever the Kubernetes API answers: a serving step that fails or times
 out is reported, never a reason to keep the nodes. Every action is announced on the kit's SNS topic.
@@ -32,11 +32,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pdkit import placement, reservation
 from pdkit.functions import kube_api
-from pdkit.topology import TOPOLOGY_BATCH, GpuNode
+from pdkit.model import placement, reservation
+from pdkit.model.topology import TOPOLOGY_BATCH, GpuNode
 
-# Reported with the placement only: the managed node group EKS labels each node with (as pdkit/ami.py) and
+# Reported with the placement only: the managed node group EKS labels each node with (as pdkit/render/ami.py) and
 # the well-known zone label (https://kubernetes.io/docs/reference/labels-annotations-taints/).
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -95,7 +95,7 @@ def handler(
 
 
 class Serving:
-    """The DisaggregatedSet of the plan and its roles (pdkit/serving/drain.py hands them over as SERVING)."""
+    """The DisaggregatedSet of the plan and its roles (pdkit/render/serving/drain.py hands them over as SERVING)."""
 
     def __init__(self, spec: dict[str, Any], connect: Callable[[], kube_api.KubeApi]) -> None:
         self.namespace: str = spec["namespace"]
@@ -159,7 +159,7 @@ def place(
     sleep: Callable[[float], None],
 ) -> tuple[str, str]:
     """Wait until every planned GPU node has joined and EC2 reports its topology, then label each Node with
-    the role pdkit/placement.py chooses; (outcome, sentence for the notification). Never raises: serving
+    the role pdkit/model/placement.py chooses; (outcome, sentence for the notification). Never raises: serving
     is restored after this whatever it answers."""
     counts: dict[str, int] = spec["nodes"]
     role_label: str = spec["role_label"]

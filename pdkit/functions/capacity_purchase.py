@@ -1,6 +1,6 @@
 """Custom resource that buys the profile's Capacity Block on Create, once, and never again.
 
-The purchase path is pdkit.purchase, the same code `pdkit capacity buy` runs; only the confirmation
+The purchase path is pdkit.ops.purchase, the same code `pdkit capacity buy` runs; only the confirmation
 differs: the operator typed the fee before `cdk deploy` (pdkit deploy-check), and here the offering's
 current fee must still equal that fee to the cent.
 
@@ -13,8 +13,8 @@ Create, in this order, each step able to stop it:
    the offering was listed with travels in the properties) and refuse unless instance type, count,
    AZ and upfront fee equal the profile's;
 3. dry run (DryRunOperation means "you may");
-4. PurchaseCapacityBlock once, on a client with retries off (pdkit.client_config.PURCHASE); an
-   unclear answer is followed by a lookup by tag (pdkit.purchase.send_once), never by a resend;
+4. PurchaseCapacityBlock once, on a client with retries off (pdkit.ops.client_config.PURCHASE); an
+   unclear answer is followed by a lookup by tag (pdkit.ops.purchase.send_once), never by a resend;
 5. wait (best effort, about a minute) until DescribeCapacityReservations shows the new block, so the
    deploy-time guard that checks it next does not refuse an id EC2 has not propagated yet.
 Update never buys: a changed offering is refused with the fix, except while the stack rolls back
@@ -34,9 +34,9 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from pdkit import capacity, purchase
-from pdkit.aws_errors import error_code
 from pdkit.functions import cfn_response, reservation_guard
+from pdkit.ops import capacity, purchase
+from pdkit.ops.aws_errors import error_code
 
 PURCHASE_PROPERTIES = (
     "OfferingId",
@@ -259,9 +259,9 @@ def _failure(exc: BaseException) -> str:
 
 
 def _ec2(*, once: bool = False) -> Any:
-    """EC2 with the CLI's timeouts; the purchase client is never retried (pdkit.client_config.PURCHASE)."""
+    """EC2 with the CLI's timeouts; the purchase client is never retried (pdkit.ops.client_config.PURCHASE)."""
     import boto3
 
-    from pdkit.client_config import PURCHASE, READS
+    from pdkit.ops.client_config import PURCHASE, READS
 
     return boto3.client("ec2", config=(PURCHASE if once else READS).config())

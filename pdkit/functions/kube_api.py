@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from pdkit.render.serving.scale import roles_patch
+
 TOKEN_PREFIX = "k8s-aws-v1."  # noqa: S105 - the scheme prefix, not a secret
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 URL_EXPIRES_SECONDS = 60  # as `aws eks get-token`; EKS accepts a token for 15 minutes whatever this says
@@ -25,17 +27,6 @@ DS_GROUP_VERSION = "disaggregatedset.x-k8s.io/v1"
 REQUEST_TIMEOUT_SECONDS = 10
 
 Opener = Callable[..., Any]  # urlopen-like: opener(request, timeout=...) -> response with read()
-
-
-def roles_patch(replicas: dict[str, int]) -> list[dict[str, Any]]:
-    """JSON patch (RFC 6902) of a DisaggregatedSet setting each role's replicas, `replicas` in spec.roles
-    order: a `test` of the role's name guards each index, so a reordered object is refused, not
-    mis-scaled. One patch for every role: the CRD wants replicas all zero or all non-zero."""
-    patch: list[dict[str, Any]] = []
-    for i, (role, count) in enumerate(replicas.items()):
-        patch.append({"op": "test", "path": f"/spec/roles/{i}/name", "value": role})
-        patch.append({"op": "replace", "path": f"/spec/roles/{i}/spec/replicas", "value": count})
-    return patch
 
 
 class ApiError(Exception):

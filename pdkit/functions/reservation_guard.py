@@ -24,8 +24,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pdkit import reservation
 from pdkit.functions import cfn_response
+from pdkit.model import reservation
 
 # UPDATE_ROLLBACK_IN_PROGRESS, ROLLBACK_IN_PROGRESS and IMPORT_ROLLBACK_IN_PROGRESS. The cleanup
 # phases (UPDATE_*_CLEANUP_IN_PROGRESS) send only Delete, which always succeeds here.

@@ -1,6 +1,6 @@
 """Serving figures, every minute: PromQL in the Prometheus workspace -> CloudWatch metrics.
 
-Evaluates pdkit/observability/figures.py against the workspace's query API (SigV4, service `aps`)
+Evaluates pdkit/render/observability/figures.py against the workspace's query API (SigV4, service `aps`)
 and publishes each result in PDKit/Serving (dimensions ClusterName, and Role for per-role figures),
 where the serving dashboard, the serving alarms and `pdkit status` read them.
 A query that fails is logged and skipped; the run fails only when every query does (then the
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from pdkit.observability import catalog as c
-from pdkit.observability.figures import FIGURES, Figure
+from pdkit.render.observability import catalog as c
+from pdkit.render.observability.figures import FIGURES, Figure
 
 Query = Callable[[str], list[dict[str, Any]]]
 BATCH = 20

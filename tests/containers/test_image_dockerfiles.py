@@ -130,13 +130,13 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
     "latest": ("pip uninstall --yes sgl-deep-ep", "pip install --upgrade uccl==latest", "'latest'"),
     "COPY of a file the allow-list does not admit": (
         "COPY pdkit/__init__.py /opt/pdkit/pdkit/",
-        "COPY pdkit/plan.py pdkit/__init__.py /opt/pdkit/pdkit/",
-        "COPY pdkit/plan.py: not in the build context",
+        "COPY pdkit/model/plan.py pdkit/__init__.py /opt/pdkit/pdkit/",
+        "COPY pdkit/model/plan.py: not in the build context",
     ),
     "allow-list admits what no COPY uses": (
-        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_manifest.py pdkit/serving/weights_import.py pdkit/serving/compile_cache.py /opt/pdkit/pdkit/serving/\n",
-        "COPY pdkit/serving/__init__.py pdkit/serving/staging.py pdkit/serving/weights_import.py pdkit/serving/compile_cache.py /opt/pdkit/pdkit/serving/\n",
-        "admits pdkit/serving/weights_manifest.py, which no COPY uses",
+        "COPY pdkit/pods/__init__.py pdkit/pods/staging.py pdkit/pods/weights_manifest.py pdkit/pods/weights_import.py pdkit/pods/compile_cache.py /opt/pdkit/pdkit/pods/\n",
+        "COPY pdkit/pods/__init__.py pdkit/pods/staging.py pdkit/pods/weights_import.py pdkit/pods/compile_cache.py /opt/pdkit/pdkit/pods/\n",
+        "admits pdkit/pods/weights_manifest.py, which no COPY uses",
     ),
 }
 
@@ -295,8 +295,8 @@ DOCKERIGNORE_CASES = [
     ("*.md\nREADME-secret.md\n!README*.md", "README-secret.md", False),
     ("*\n!containers/kit/bin", "containers/kit/bin/nccl-tests.sh", False),
     ("*\n!containers/kit/bin", "containers/kit/selftest.py", True),
-    ("*\n!/pdkit/serving/staging.py", "pdkit/serving/staging.py", False),
-    ("*\n!pdkit/serving/staging.py", "pdkit/serving/drain.py", True),
+    ("*\n!/pdkit/pods/staging.py", "pdkit/pods/staging.py", False),
+    ("*\n!pdkit/pods/staging.py", "pdkit/render/serving/drain.py", True),
     ("*\n!containers/kit\n**/__pycache__", "containers/kit/__pycache__/selftest.cpython-312.pyc", True),
 ]
 

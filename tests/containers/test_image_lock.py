@@ -209,7 +209,7 @@ def test_dockerfile_installs_the_lock_with_require_hashes(doc: Doc, versions: Mo
 def test_lock_is_part_of_the_image_tag(doc: Doc, versions: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ECR repositories are IMMUTABLE (a pushed tag cannot be overwritten: https://docs.aws.amazon.com/AmazonECR/
     latest/userguide/image-tag-mutability.html), so a changed lock must give the image a new tag in the plan."""
-    from pdkit import images
+    from pdkit.model import images
 
     assert LOCK in versions.context_files(doc, IMAGE)
     before = images.plan_images("d", "containers/versions.yaml", source="build", registry=None)[IMAGE].tag

@@ -32,7 +32,7 @@ NCCL_LIB = SITE / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
 OFI_PLUGIN = Path("/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so")
 ROUTER_INIT = SITE / "smg" / "__init__.py"
 ROUTER_MODULE_FILE = SITE / "smg" / "launch_router.py"
-STAGING_FILE = "/opt/pdkit/pdkit/serving/staging.py"
+STAGING_FILE = "/opt/pdkit/pdkit/pods/staging.py"
 
 
 def readelf(*needed: str) -> str:
@@ -391,7 +391,7 @@ def staging_module_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
 
 
 def staging_imports_more_of_pdkit(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.outputs[STAGING_PROBE_ARGV] = "ModuleNotFoundError: No module named 'pdkit.plan'\n"
+    s.outputs[STAGING_PROBE_ARGV] = "ModuleNotFoundError: No module named 'pdkit.model.plan'\n"
 
 
 def boto3_without_crt(s: FakeSystem, e: Mapping[str, str]) -> None:
@@ -478,7 +478,7 @@ BROKEN: dict[str, tuple[str, Mutation, str]] = {
     "router without launch_router": ("check_router", router_without_the_module, "does not ship smg.launch_router"),
     "router module from two distributions": ("check_router", router_module_shadowed, "smg-grpc-servicer"),
     "staging module not in the image": ("check_weights_staging", staging_module_missing, "No module named 'pdkit'"),
-    "staging imports more of pdkit": ("check_weights_staging", staging_imports_more_of_pdkit, "pdkit.plan"),
+    "staging imports more of pdkit": ("check_weights_staging", staging_imports_more_of_pdkit, "pdkit.model.plan"),
     "boto3 without the crt extra": ("check_weights_staging", boto3_without_crt, "awscrt is not installed"),
     "botocore does not see the CRT": ("check_weights_staging", crt_not_seen_by_botocore, "HAS_CRT is False"),
     "boto3 missing": ("check_weights_staging", boto3_missing, "boto3 is not installed"),

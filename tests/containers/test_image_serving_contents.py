@@ -2,7 +2,7 @@
 
 - The router Deployment runs `python3 -m <module>`: that module belongs to the router package pinned in
   versions.yaml, which is the smg the conformance run (`make conformance`) checks the command line with.
-- The weights-staging init container runs `python3 -m pdkit.serving.staging` from the serving image:
+- The weights-staging init container runs `python3 -m pdkit.pods.staging` from the serving image:
   the Dockerfile copies that module and every pdkit module it imports (and nothing imports more of
   pdkit), and the third-party packages it needs are pinned components of the image.
 """
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from container_paths import REPO_ROOT
 
-from pdkit import plan as plan_mod
-from pdkit import profile_files
-from pdkit.plan import Plan
-from pdkit.serving import inputs, manifests, router_args
+from pdkit.model import plan as plan_mod
+from pdkit.model import profile_files
+from pdkit.model.plan import Plan
+from pdkit.render.serving import inputs, manifests, router_args
 
 Doc = dict[str, Any]
 CONFORMANCE_IN = REPO_ROOT / "conformance" / "requirements-sglang.in"
@@ -193,13 +193,13 @@ def test_serving_image_copies_exactly_what_the_staging_init_container_imports(
     assert container["image"] == inputs.from_plan(plan).image, "staging runs from the serving image"
     module = module_after_dash_m(container["command"])
     needed = needed_pdkit_files(module)
-    assert needed == {"pdkit/__init__.py", "pdkit/serving/__init__.py", "pdkit/serving/staging.py", "pdkit/serving/weights_manifest.py"}, (
+    assert needed == {"pdkit/__init__.py", "pdkit/pods/__init__.py", "pdkit/pods/staging.py", "pdkit/pods/weights_manifest.py"}, (
         "the staging modules now import more of pdkit: copy it into the serving image (Dockerfile, Dockerfile.dockerignore, "
         "the images stack's source asset) or keep staging self-contained"
     )
     # The weights import Job (pdkit weights import) and the compile-cache init container / preStop hook
-    # (pdkit/serving/compile_cache_objects.py) run from the same image: their modules are copied too.
-    also = needed_pdkit_files("pdkit.serving.weights_import") | needed_pdkit_files("pdkit.serving.compile_cache")
+    # (pdkit/render/serving/compile_cache_objects.py) run from the same image: their modules are copied too.
+    also = needed_pdkit_files("pdkit.pods.weights_import") | needed_pdkit_files("pdkit.pods.compile_cache")
     assert serving_pdkit_sources(doc, versions) == needed | also
 
 
@@ -222,12 +222,13 @@ def test_staging_third_party_imports_are_pinned_in_the_serving_image(doc: Doc, v
 
 def test_import_closure_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The closure follows lazy and `from pdkit.x import y` imports (so a new pdkit import would be caught)."""
-    (tmp_path / "pdkit" / "serving").mkdir(parents=True)
-    for name in ("pdkit/__init__.py", "pdkit/serving/__init__.py", "pdkit/plan.py"):
+    for folder in ("pods", "model"):
+        (tmp_path / "pdkit" / folder).mkdir(parents=True)
+    for name in ("pdkit/__init__.py", "pdkit/pods/__init__.py", "pdkit/model/__init__.py", "pdkit/model/plan.py"):
         (tmp_path / name).write_text("")
-    (tmp_path / "pdkit" / "serving" / "staging.py").write_text("def f():\n    from pdkit import plan\n")
+    (tmp_path / "pdkit" / "pods" / "staging.py").write_text("def f():\n    from pdkit.model import plan\n")
     monkeypatch.setattr(sys.modules[__name__], "REPO_ROOT", tmp_path)
-    assert "pdkit/plan.py" in needed_pdkit_files("pdkit.serving.staging")
+    assert "pdkit/model/plan.py" in needed_pdkit_files("pdkit.pods.staging")
 
 
 def test_staging_imports_from_the_copied_files_alone(doc: Doc, versions: ModuleType, selftest: ModuleType, tmp_path: Path) -> None:

@@ -18,25 +18,25 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 # The modules under mutation and the fast tests that must kill their mutants (the same files are the
 # pytest selection of [tool.mutmut] in pyproject.toml; mutmut runs, per mutant, only those that reach it).
 MODULES: dict[str, list[str]] = {
-    "pdkit.purchase": ["tests/test_purchase_once.py", "tests/test_capacity_purchase.py"],
-    "pdkit.reservation": ["tests/test_reservation_rules.py", "tests/test_guard_rollback.py"],
+    "pdkit.ops.purchase": ["tests/test_purchase_once.py", "tests/test_capacity_purchase.py"],
+    "pdkit.model.reservation": ["tests/test_reservation_rules.py", "tests/test_guard_rollback.py"],
     "pdkit.functions.reservation_guard": ["tests/test_guard_protocol.py", "tests/test_guard_rollback.py"],
     "pdkit.functions.block_clock": ["tests/test_block_clock.py", "tests/test_observability_functions.py"],
-    "pdkit.profile_files": [
+    "pdkit.model.profile_files": [
         "tests/test_profile_errors.py",
         "tests/test_profile_fixes.py",
         "tests/test_profile_bounds.py",
         "tests/test_profile_loader_edges.py",
     ],
-    "pdkit.serving.weights_manifest": ["tests/test_weights_verify.py", "tests/test_serving_weights.py", "tests/test_weights_cmd.py"],
+    "pdkit.pods.weights_manifest": ["tests/test_weights_verify.py", "tests/test_serving_weights.py", "tests/test_weights_cmd.py"],
     "pdkit.functions.block_lifecycle": ["tests/test_block_drain.py", "tests/test_functions.py"],
-    "pdkit.serving.drain": ["tests/test_block_drain.py"],
-    "pdkit.serving.sglang_args": ["tests/test_serving_args.py", "tests/test_observability_ranks.py"],
-    "pdkit.serving.router_args": ["tests/test_serving_args.py"],
-    "pdkit.serving.staging": ["tests/test_serving_weights.py", "tests/test_weights_import.py"],
+    "pdkit.render.serving.drain": ["tests/test_block_drain.py"],
+    "pdkit.render.serving.sglang_args": ["tests/test_serving_args.py", "tests/test_observability_ranks.py"],
+    "pdkit.render.serving.router_args": ["tests/test_serving_args.py"],
+    "pdkit.pods.staging": ["tests/test_serving_weights.py", "tests/test_weights_import.py"],
     # Validation and the network-interface layout only (PLAN_FUNCTIONS in mk/mutation.mk); the rest of the
     # plan (estimates, rendering helpers) is not under mutation and its mutants stay unrun, out of the score.
-    "pdkit.plan": [
+    "pdkit.model.plan": [
         "tests/test_plan.py",
         "tests/test_plan_interfaces.py",
         "tests/test_profile_errors.py",
@@ -48,15 +48,15 @@ MODULES: dict[str, list[str]] = {
 }
 # Modules of the issue's list that a later change puts under mutation.
 PENDING = [
-    "pdkit.serving.staging (configured, killers sharpened; not yet run)",
-    "pdkit.plan validation and interface layout (configured: PLAN_FUNCTIONS in mk/mutation.mk; not yet run)",
+    "pdkit.pods.staging (configured, killers sharpened; not yet run)",
+    "pdkit.model.plan validation and interface layout (configured: PLAN_FUNCTIONS in mk/mutation.mk; not yet run)",
 ]
 KILLED = {1, 3}
 SURVIVED = {0}
 
 
 def module_of(mutant: str) -> str:
-    """'pdkit.purchase.x_buy__mutmut_3' and 'pdkit.purchase.xǁCls ǁm__mutmut_1' -> 'pdkit.purchase'."""
+    """'pdkit.ops.purchase.x_buy__mutmut_3' and 'pdkit.ops.purchase.xǁCls ǁm__mutmut_1' -> 'pdkit.ops.purchase'."""
     parts = mutant.split(".")
     for i, part in enumerate(parts):
         if part.startswith(("x_", "xǁ")):

@@ -1,0 +1,52 @@
+"""The `pdkit` operator CLI. Starts fast: never imports aws_cdk, and boto3 only inside commands that call AWS."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from pdkit.cli.commands import register_all
+from pdkit.cli.context import in_context
+from pdkit.errors import KitError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pdkit",
+        description="Operate a prefill/decode-disaggregated MoE deployment on an EC2 Capacity Block with EKS and EFA.",
+        epilog="Deployment profile: --profile NAME|PATH (default: cdk.json context 'profile'). AWS credentials: --aws-profile or AWS_PROFILE.",
+    )
+    # Accepted before or after the command (`pdkit --profile X plan` == `pdkit plan --profile X`): the
+    # top level holds the defaults, and the commands' copies only set what is given to them.
+    common = argparse.ArgumentParser(add_help=False)
+    for target, default in ((parser, None), (common, argparse.SUPPRESS)):
+        target.add_argument("--profile", metavar="NAME|PATH", default=default, help="deployment profile: a name in config/ or a YAML path")
+        target.add_argument(
+            "--aws-profile", metavar="NAME", default=default, help="AWS credentials profile (default: AWS_PROFILE / the SDK chain)"
+        )
+        target.add_argument("--region", default=default, help="AWS region (default: the deployment profile's aws.region)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    register_all(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except KitError as err:
+        # A fix that names a pdkit command repeats this invocation's --profile/--aws-profile/--region.
+        print(f"pdkit: error: {in_context(args, str(err))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pdkit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
