@@ -39,9 +39,10 @@ synth: setup ## Synthesize every stack of PROFILE into cdk.out/ (offline, no AWS
 plan: setup ## Print the deployment plan of PROFILE
 	pdkit plan $(if $(PROFILE),--profile $(PROFILE))
 
-lint: setup ## ruff lint + format check
+lint: setup ## ruff lint + format check; the layers' import contracts (ARCHITECTURE.md)
 	ruff check .
 	ruff format --check .
+	lint-imports --no-cache
 
 typecheck: setup ## mypy (strict) on pdkit/
 	mypy

@@ -82,7 +82,7 @@ def _expect(the_plan: Plan, role: str) -> dict[str, Any]:
     mtp = r.settings.mtp
     expect: dict[str, Any] = {
         "disaggregation_mode": role,
-        "disaggregation_transfer_backend": the_plan.profile.serving.kv_transfer,
+        "disaggregation_transfer_backend": the_plan.kv_transfer,
         "tp_size": r.tp,
         "pp_size": r.pp,
         "ep_size": r.ep,

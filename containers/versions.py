@@ -1,12 +1,14 @@
 """containers/versions.yaml: load, validate, turn into build args, and lint Dockerfiles against it.
 
-Used by build_args.py, pin_digests.py and tests/containers. Needs PyYAML and pydantic (in the kit's venv,
-and installed on the CodeBuild host by the images stack); the in-image self-test does not import this module.
+Used by build_args.py, pin_digests.py and tests/containers. Needs PyYAML, pydantic, docker (docker-py, for Docker's
+.dockerignore rules) and dockerfile-parse: in the kit's venv (requirements.in) and installed on the CodeBuild host by
+the images stack at the same pins; the in-image self-test does not import this module.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -16,6 +18,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
+from docker.utils.build import PatternMatcher
+from docker.utils.fnmatch import fnmatchcase
+from dockerfile_parse import DockerfileParser
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 CONTAINERS_DIR = Path(__file__).resolve().parent
@@ -193,90 +198,93 @@ def image_tag(doc: Mapping[str, Any], image: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Build context: the <Dockerfile>.dockerignore allow-list, matched as Docker matches it
+# Dockerfile syntax (dockerfile-parse) and the build context (docker-py's port of Docker's .dockerignore rules)
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class IgnoreRule:
-    pattern: str
-    negated: bool
-    regex: re.Pattern[str]
+class Instruction:
+    """One instruction as dockerfile-parse reads it (continuation lines joined, comments dropped), with its
+    leading `--flag=value` words split off as BuildKit's parser does."""
+
+    keyword: str
+    flags: tuple[str, ...]
+    rest: str
+    line: int  # 0-based, its first line
+
+    def __str__(self) -> str:
+        return " ".join([self.keyword, *self.flags, self.rest])
+
+    @property
+    def words(self) -> list[str]:
+        """Its arguments: a JSON array (`COPY ["a", "b"]`) or whitespace-separated words."""
+        return list(json.loads(self.rest)) if self.rest.startswith("[") else self.rest.split()
+
+    def flag(self, name: str) -> list[str]:
+        return [flag.split("=", 1)[1] for flag in self.flags if flag.startswith(f"--{name}=")]
+
+    def mounts(self) -> list[dict[str, str]]:
+        """RUN --mount options, one dict per mount (type defaults to bind, as in BuildKit)."""
+        return [{"type": "bind"} | dict(option.partition("=")[::2] for option in mount.split(",")) for mount in self.flag("mount")]
 
 
-def _glob_regex(pattern: str) -> str:
-    """Docker's .dockerignore glob (Go filepath.Match plus `**`) as a regex over a slash-separated path."""
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
+@dataclass(frozen=True)
+class Stage:
+    alias: str  # "" for an unnamed stage
+    index: int
+    base: str  # the FROM image: a base-image ARG or an earlier stage
+    line: int
+    instructions: list[Instruction]
+
+    @property
+    def name(self) -> str:
+        return self.alias or str(self.index)
+
+    @property
+    def args(self) -> set[str]:
+        return {word.split("=")[0] for instruction in self.instructions if instruction.keyword == "ARG" for word in instruction.words}
+
+    @property
+    def reads_from(self) -> set[str]:
+        """The stages it needs besides its FROM: COPY --from=, RUN --mount=...,from= (lower case, as BuildKit names them)."""
+        return {name.lower() for i in self.instructions for name in [*i.flag("from"), *(m["from"] for m in i.mounts() if "from" in m)]}
+
+
+FLAGS = re.compile(r"((?:--\S+\s+)*)(.*)", re.DOTALL)
+
+
+def dockerfile_instructions(text: str) -> list[Instruction]:
+    instructions = []
+    for entry in DockerfileParser(fileobj=io.BytesIO(text.encode())).structure:
+        if entry["instruction"] == "COMMENT":
             continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[" and "]" in pattern[i + 1 :]:
-            end = pattern.index("]", i + 1)
-            out.append("[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]")  # Go's [a-z] / [^a-z] read as in a regex
-            i = end
-        elif char == "\\" and i + 1 < len(pattern):
-            i += 1
-            out.append(re.escape(pattern[i]))
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return "".join(out)
+        flags, rest = FLAGS.fullmatch(entry["value"].strip()).groups()
+        instructions.append(Instruction(entry["instruction"], tuple(flags.split()), rest, entry["startline"]))
+    return instructions
 
 
-def parse_dockerignore(text: str) -> list[IgnoreRule]:
-    """Rules in file order (comments and blank lines dropped, leading `/` and `./` and trailing `/` removed)."""
-    rules: list[IgnoreRule] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        negated = line.startswith("!")
-        pattern = os.path.normpath(line[1:].strip() if negated else line).replace(os.sep, "/").lstrip("/")
-        rules.append(IgnoreRule(pattern, negated, re.compile(f"^{_glob_regex(pattern)}$")))
-    return rules
+def dockerfile_stages(text: str) -> list[Stage]:
+    """Every stage, in file order."""
+    stages: list[Stage] = []
+    for instruction in dockerfile_instructions(text):
+        if instruction.keyword == "FROM":
+            base, *alias = instruction.words
+            named = len(alias) == 2 and alias[0].upper() == "AS"
+            stages.append(Stage(alias[1] if named else "", len(stages), base, instruction.line, []))
+        elif stages:
+            stages[-1].instructions.append(instruction)
+    return stages
 
 
-def ignored(relative: str, rules: list[IgnoreRule]) -> bool:
-    """Docker's rule: the last pattern matching the path or one of its parent directories decides."""
-    parts = relative.split("/")
-    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    excluded = False
-    for rule in rules:
-        if any(rule.regex.match(prefix) for prefix in prefixes):
-            excluded = not rule.negated
-    return excluded
-
-
-def _may_readmit(directory: str, rules: list[IgnoreRule]) -> bool:
-    """Could a `!pattern` admit something below this (excluded) directory? Only then is it walked."""
-    parts = directory.split("/")
-    for rule in rules:
-        if not rule.negated:
-            continue
-        pattern_parts = rule.pattern.split("/")
-        for index, part in enumerate(pattern_parts):
-            if "**" in part:
-                return True
-            if index == len(parts):
-                return True
-            if not re.fullmatch(_glob_regex(part), parts[index]):
-                break
-    return False
-
-
-STAGE_REF = re.compile(r"(?:--from=|[,=\s]from=)([A-Za-z0-9_.-]+)")
+def dockerfile_args(text: str) -> dict[str, str | None]:
+    """ARG name -> default (None when declared without one). Later declarations keep the first default seen."""
+    args: dict[str, str | None] = {}
+    for instruction in dockerfile_instructions(text):
+        for word in instruction.words if instruction.keyword == "ARG" else []:
+            name, eq, default = word.partition("=")
+            if args.get(name) is None:
+                args[name] = default if eq else None
+    return args
 
 
 def for_target(text: str, target: str | None) -> str:
@@ -285,23 +293,19 @@ def for_target(text: str, target: str | None) -> str:
     if target is None:
         return text
     lines = text.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if FROM_LINE.match(line.strip())]
-    stages: dict[str, tuple[int, int, set[str]]] = {}
-    for index, start in enumerate(starts):
-        end = starts[index + 1] if index + 1 < len(starts) else len(lines)
-        match = FROM_LINE.match(lines[start].strip())
-        assert match is not None
-        body = "".join(line for line in lines[start + 1 : end] if not line.lstrip().startswith("#"))
-        stages[(match.group("alias") or str(index)).lower()] = (start, end, {match.group("image").lower(), *STAGE_REF.findall(body)})
-    needed, todo = set(), [target.lower()]
+    stages = dockerfile_stages(text)
+    by_name = {stage.name.lower(): stage for stage in stages}
+    needed: set[str] = set()
+    todo = [target.lower()]
     while todo:
         name = todo.pop()
-        if name in stages and name not in needed:
+        if name in by_name and name not in needed:
             needed.add(name)
-            todo += sorted(stages[name][2])
-    keep = set(range(starts[0] if starts else len(lines)))
-    for name in needed:
-        keep |= set(range(stages[name][0], stages[name][1]))
+            todo += [by_name[name].base.lower(), *by_name[name].reads_from]
+    keep = set(range(stages[0].line if stages else len(lines)))
+    for stage, end in zip(stages, [*(stage.line for stage in stages[1:]), len(lines)], strict=True):
+        if stage.name.lower() in needed:
+            keep |= set(range(stage.line, end))
     return "".join(line if i in keep else "\n" for i, line in enumerate(lines))
 
 
@@ -310,62 +314,48 @@ def image_dockerfile(doc: Mapping[str, Any], image: str) -> str:
     return for_target(dockerfile_path(doc, image).read_text(), doc["images"][image].get("target"))
 
 
-def _admitted(doc: Mapping[str, Any], image: str) -> list[Path]:
-    """Every file the build context sends to BuildKit: the context minus its Dockerfile's ignore file."""
-    root = context_path(doc, image)
+def dockerignore_patterns(path: Path) -> list[str]:
+    """The ignore file's patterns, read as docker-py reads a .dockerignore (stripped; blank and # lines dropped)."""
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def admitted(root: Path, patterns: list[str]) -> list[str]:
+    """Every file under root the patterns let into the build context, relative to root.
+
+    docker-py's PatternMatcher is its port of Docker's rules (github.com/docker/docker-py docker/utils/build.py).
+    Its walk enters an excluded directory only when a `!` line starts with that directory's path, so allow-list
+    lines name literal paths (a COPY the walk misses fails lint_context). Only the walk is used: its per-path
+    matches() checks a single parent directory (moby/patternmatcher's deprecated Matches); tests/containers shows it.
+    """
+    return sorted(path for path in PatternMatcher(patterns).walk(str(root)) if (root / path).is_file())
+
+
+def _admitted(doc: Mapping[str, Any], image: str) -> list[str]:
+    """What the image's build context sends to BuildKit: the context minus its Dockerfile's ignore file."""
     ignore_file = dockerignore_path(doc, image)
-    rules = parse_dockerignore(ignore_file.read_text()) if ignore_file.is_file() else []
-    files: list[Path] = []
-    for directory, subdirs, names in os.walk(root):
-        base = Path(directory).relative_to(root).as_posix()
-        prefix = "" if base == "." else base + "/"
-        subdirs[:] = sorted(d for d in subdirs if not ignored(prefix + d, rules) or _may_readmit(prefix + d, rules))
-        files += [Path(directory) / name for name in sorted(names) if not ignored(prefix + name, rules)]
-    return sorted(files)
+    return admitted(context_path(doc, image), dockerignore_patterns(ignore_file) if ignore_file.is_file() else [])
 
 
 def context_files(doc: Mapping[str, Any], image: str) -> list[Path]:
     """The build-context files that go into the image: admitted by the allow-list and read by its target's stages."""
-    root = context_path(doc, image)
     sources = context_sources(image_dockerfile(doc, image))
-    return [path for path in _admitted(doc, image) if any(_covers(source, path.relative_to(root).as_posix()) for source in sources)]
-
-
-COPY_LINE = re.compile(r"^(?:COPY|ADD)\s+(?P<body>.+)$", re.IGNORECASE)
-BIND_MOUNT = re.compile(r"--mount=(?P<options>\S*type=bind\S*)")
+    return [context_path(doc, image) / path for path in _admitted(doc, image) if any(_covers(source, path) for source in sources)]
 
 
 def context_sources(text: str) -> list[str]:
     """Context paths a Dockerfile reads: COPY/ADD sources (not --from=) and RUN bind mounts without from=."""
     sources: list[str] = []
     for instruction in dockerfile_instructions(text):
-        copy = COPY_LINE.match(instruction)
-        if copy:
-            body = copy.group("body").strip()
-            flags: list[str] = []
-            while body.startswith("--"):
-                flag, _, body = body.partition(" ")
-                flags.append(flag)
-                body = body.strip()
-            if any(flag.startswith("--from=") for flag in flags):
-                continue
-            words = json.loads(body) if body.startswith("[") else body.split()
-            sources += [os.path.normpath(word).lstrip("/") for word in words[:-1]]
-        elif instruction.upper().startswith("RUN "):
-            for mount in BIND_MOUNT.finditer(instruction):
-                options: dict[str, str] = {}
-                for option in mount.group("options").split(","):
-                    key, _, value = option.partition("=")
-                    options[key] = value
-                if "from" not in options:
-                    sources.append(os.path.normpath(options.get("source") or options.get("src") or ".").lstrip("/"))
+        if instruction.keyword in ("COPY", "ADD") and not instruction.flag("from"):
+            sources += [os.path.normpath(word).lstrip("/") for word in instruction.words[:-1]]
+        elif instruction.keyword == "RUN":
+            binds = [mount for mount in instruction.mounts() if mount["type"] == "bind" and "from" not in mount]
+            sources += [os.path.normpath(mount.get("source") or mount.get("src") or ".").lstrip("/") for mount in binds]
     return sources
 
 
 def _covers(source: str, relative: str) -> bool:
-    if source == ".":
-        return True
-    return relative == source or relative.startswith(source + "/") or re.fullmatch(_glob_regex(source), relative) is not None
+    return source == "." or relative == source or relative.startswith(source + "/") or fnmatchcase(relative, source)
 
 
 def lint_context(text: str, doc: Mapping[str, Any], image: str, *, where: str = "Dockerfile") -> list[str]:
@@ -374,8 +364,7 @@ def lint_context(text: str, doc: Mapping[str, Any], image: str, *, where: str = 
     ignore_file = dockerignore_path(doc, image)
     if not ignore_file.is_file():
         return [f"{where}: no {ignore_file.name} next to it: the build context would be all of {context_path(doc, image)}"]
-    root = context_path(doc, image)
-    files = [path.relative_to(root).as_posix() for path in _admitted(doc, image)]
+    files = _admitted(doc, image)
     sources = context_sources(text)
     for source in sources:
         if not any(_covers(source, relative) for relative in files):
@@ -549,7 +538,7 @@ class ImageSpec(BaseModel):
             f"dockerfile: {self.dockerfile}.dockerignore is missing: the allow-list of what the build context may send",
         )
         if self.target is not None:
-            stages = [alias for _, alias in dockerfile_stage_names((REPO_ROOT / self.dockerfile).read_text())]
+            stages = [stage.name for stage in dockerfile_stages((REPO_ROOT / self.dockerfile).read_text())]
             _check(self.target in stages, f"target: no stage {self.target!r} in {self.dockerfile} ({', '.join(stages)})")
         _check(len(set(self.components)) == len(self.components), "components: lists a component twice")
         for arg, value in self.settings.items():
@@ -634,54 +623,7 @@ def validate(doc: Any) -> None:
 
 # A dotted number that is not part of a word, a path or a variable: 1.2, v2.19.6, 13.0.3-cudnn.
 VERSION_LITERAL = re.compile(r"(?<![\w$./{-])v?\d+\.\d+(?:\.\d+)*")
-ARG_LINE = re.compile(r"^ARG\s+(?P<body>.+)$", re.IGNORECASE)
-FROM_LINE = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(?P<image>\S+)(?:\s+AS\s+(?P<alias>\S+))?\s*$", re.IGNORECASE)
 VAR_REF = re.compile(r"^\$\{?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\}?$")
-
-
-def dockerfile_instructions(text: str) -> list[str]:
-    """Logical instructions: continuation lines joined, comments and blank lines dropped."""
-    instructions: list[str] = []
-    current = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not current and (not line or line.startswith("#")):
-            continue
-        if current and line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            current += line[:-1] + " "
-            continue
-        current += line
-        instructions.append(current.strip())
-        current = ""
-    if current.strip():
-        instructions.append(current.strip())
-    return instructions
-
-
-def dockerfile_stage_names(text: str) -> list[tuple[str, str]]:
-    """(FROM image, stage alias) of every stage, in order; the alias is "" for an unnamed stage."""
-    out = []
-    for instruction in dockerfile_instructions(text):
-        match = FROM_LINE.match(instruction)
-        if match:
-            out.append((match.group("image"), match.group("alias") or ""))
-    return out
-
-
-def dockerfile_args(text: str) -> dict[str, str | None]:
-    """ARG name -> default (None when declared without one). Later declarations keep the first default seen."""
-    args: dict[str, str | None] = {}
-    for instruction in dockerfile_instructions(text):
-        match = ARG_LINE.match(instruction)
-        if not match:
-            continue
-        for token in match.group("body").split():
-            name, eq, default = token.partition("=")
-            if name not in args or args[name] is None:
-                args[name] = default if eq else None
-    return args
 
 
 def pinned_values(doc: Mapping[str, Any], image: str) -> set[str]:
@@ -734,19 +676,19 @@ def lint_dockerfile(text: str, doc: Mapping[str, Any], image: str, *, where: str
         if source == "ref"
     }
     stages: set[str] = set()
-    for instruction in dockerfile_instructions(text):
-        match = FROM_LINE.match(instruction)
-        if not match:
-            continue
-        base = match.group("image")
-        var = VAR_REF.match(base)
+    for stage in dockerfile_stages(text):
+        var = VAR_REF.match(stage.base)
         if var:
             if var.group("name") not in base_args:
-                problems.append(f"{where}: FROM {base}: only a base-image ARG from versions.yaml may be a FROM")
-        elif base.lower() not in stages:
-            problems.append(f"{where}: FROM {base}: base images come from versions.yaml (FROM ${{ARG}}) or an earlier stage")
-        if match.group("alias"):
-            stages.add(match.group("alias").lower())
+                problems.append(f"{where}: FROM {stage.base}: only a base-image ARG from versions.yaml may be a FROM")
+        elif stage.base.lower() not in stages:
+            problems.append(f"{where}: FROM {stage.base}: base images come from versions.yaml (FROM ${{ARG}}) or an earlier stage")
+        if stage.alias:
+            stages.add(stage.alias.lower())
+    # dockerfile-parse reads a heredoc's body as instructions (https://github.com/containerbuildsystem/dockerfile-parse/issues/145).
+    for instruction in dockerfile_instructions(text):
+        if instruction.keyword in ("RUN", "COPY", "ADD") and any(re.match(r"<<(?!<)", word) for word in instruction.rest.split()):
+            problems.append(f"{where}:{instruction.line + 1}: a heredoc; versions.py's parser (dockerfile-parse) does not read them")
     problems.extend(lint_stage_args(text, set(expected), where=where))
     problems.extend(lint_text_for_pins(text, pinned_values(doc, image), where=where))
     problems.extend(lint_context(whole, doc, image, where=where))
@@ -758,18 +700,6 @@ REQUIRED_ENV = re.compile(r"\$\{([A-Z][A-Z0-9_]*):\?")
 VAR_USE = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
 
 
-def dockerfile_stages(text: str) -> list[tuple[str, list[str]]]:
-    """(stage name or index, instructions after its FROM) for every stage."""
-    stages: list[tuple[str, list[str]]] = []
-    for instruction in dockerfile_instructions(text):
-        match = FROM_LINE.match(instruction)
-        if match:
-            stages.append((match.group("alias") or str(len(stages)), []))
-        elif stages:
-            stages[-1][1].append(instruction)
-    return stages
-
-
 def lint_stage_args(text: str, build_arg_names: set[str], *, where: str, kit_dir: Path | None = None) -> list[str]:
     """A build arg is only visible in a stage that declares it: catch ${X} (or a kit script needing X) without ARG X.
 
@@ -777,19 +707,16 @@ def lint_stage_args(text: str, build_arg_names: set[str], *, where: str, kit_dir
     """
     kit = kit_dir or CONTAINERS_DIR / "kit"
     problems: list[str] = []
-    for stage, instructions in dockerfile_stages(text):
-        declared = {
-            name for line in instructions if (m := ARG_LINE.match(line)) for name in (t.split("=")[0] for t in m.group("body").split())
-        }
-        for line in instructions:
-            if ARG_LINE.match(line):
+    for stage in dockerfile_stages(text):
+        for instruction in stage.instructions:
+            if instruction.keyword == "ARG":
                 continue
-            used = set(VAR_USE.findall(line)) & build_arg_names
-            if line.upper().startswith("RUN "):
-                for script in KIT_SCRIPT.findall(line):
+            used = set(VAR_USE.findall(str(instruction))) & build_arg_names
+            if instruction.keyword == "RUN":
+                for script in KIT_SCRIPT.findall(instruction.rest):
                     path = kit / script
                     if path.is_file():
                         used |= set(REQUIRED_ENV.findall(path.read_text())) & build_arg_names
-            for name in sorted(used - declared):
-                problems.append(f"{where}: stage {stage} uses {name} without declaring ARG {name} in that stage (it would be empty)")
+            for name in sorted(used - stage.args):
+                problems.append(f"{where}: stage {stage.name} uses {name} without declaring ARG {name} in that stage (it would be empty)")
     return problems

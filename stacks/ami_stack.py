@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_imagebuilder as imagebuilder
 from aws_cdk import aws_kms as kms
@@ -21,21 +22,20 @@ from pdkit.model.plan import Plan
 from pdkit.render import ami
 from stacks.ami_builder import ImageBuilderHost
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
-from stacks.network_stack import NetworkStack
+from stacks.kit_stack import KitStack
 
 IB = imagebuilder.CfnImageRecipe
 # Image Builder's own limit; 90 minutes covers booting the new AMI and re-reading a 20+ GB image.
 TEST_TIMEOUT_MINUTES = 90
 
 
-class AmiStack(cdk.Stack):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, **kwargs: Any) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
+class AmiStack(KitStack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, **kwargs: Any) -> None:
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
         prefix = f"{plan.name}-gpu-node"
         self.key = self._image_key(plan)
         logs_kms = logs_key(self, "LogsKey", description=f"{plan.name}: GPU node image build logs")
-        retention = plan.profile.cluster.log_retention_days
+        retention = plan.log_retention_days
         # Named under /aws/imagebuilder/ so Image Builder writes to them without an execution role; created
         # here first so they carry the kit's key and retention instead of Image Builder's defaults.
         self.build_logs = EncryptedLogGroup(
@@ -90,7 +90,7 @@ class AmiStack(cdk.Stack):
             ],
         )
 
-        builder = ImageBuilderHost(self, "Builder", plan=plan, vpc=network.vpc, subnet=network.vpc.private_subnets[0], key=self.key)
+        builder = ImageBuilderHost(self, "Builder", plan=plan, vpc=vpc, subnet=vpc.private_subnets[0], key=self.key)
         self.infrastructure = builder.infrastructure
         serving = plan.images[ami.SERVING_IMAGE]
         self.distribution = imagebuilder.CfnDistributionConfiguration(
@@ -143,11 +143,6 @@ class AmiStack(cdk.Stack):
         cdk.CfnOutput(self, "PipelineArn", value=self.pipeline.attr_arn, description="aws imagebuilder start-image-pipeline-execution")
         cdk.CfnOutput(self, "CandidateParameter", value=ami.candidate_parameter(plan.name), description="AMI id of the newest build")
         cdk.CfnOutput(self, "ImageParameter", value=ami.image_parameter(plan.name), description="promoted AMI id (ami.source: custom)")
-
-    @property
-    def availability_zones(self) -> list[str]:
-        # The plan names the AZs, so synth never performs the availability-zones context lookup.
-        return self._zones
 
     def _image_key(self, plan: Plan) -> kms.Key:
         key = kms.Key(

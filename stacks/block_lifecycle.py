@@ -51,8 +51,8 @@ class BlockLifecycle(Construct):
         super().__init__(scope, id_)
         stack = cdk.Stack.of(self)
         self.topic = sns.Topic(self, "Notifications", display_name=f"{plan.name} Capacity Block", master_key=key, enforce_ssl=True)
-        if plan.profile.observability.alarm_email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(plan.profile.observability.alarm_email))
+        if plan.alarms.email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(plan.alarms.email))
         if plan.market == "on-demand":
             # A rehearsal has no block to start or drain: only the topic the alarms publish to.
             cdk.CfnOutput(scope, "NotificationsTopic", value=self.topic.topic_arn)

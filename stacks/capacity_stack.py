@@ -23,20 +23,18 @@ from constructs import Construct
 from pdkit.model.plan import Plan, RolePlan
 from stacks.block_lifecycle import BlockLifecycle
 from stacks.capacity_purchase import CapacityPurchase
-from stacks.cluster_stack import NODE_POLICIES, ClusterStack
+from stacks.cluster_stack import NODE_POLICIES
 from stacks.encrypted_log_group import logs_key
 from stacks.gpu_launch_template import GpuLaunchTemplate
-from stacks.network_stack import NetworkStack
+from stacks.kit_stack import KitStack
 from stacks.policy import acknowledge
 from stacks.reservation_guard import ReservationGuard
 
 
-class CapacityStack(cdk.Stack):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, cluster: ClusterStack, **kwargs: Any) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
-        vpc = network.vpc
-        retention = plan.profile.cluster.log_retention_days
+class CapacityStack(KitStack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, cluster: eks.ICluster, **kwargs: Any) -> None:
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
+        retention = plan.log_retention_days
         key = logs_key(self, "OpsKey", description=f"{plan.name}: Capacity Block automation (logs, queues, notifications)")
 
         self.efa_security_group = ec2.SecurityGroup(
@@ -62,15 +60,15 @@ class CapacityStack(cdk.Stack):
         self.placement_group = (
             ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster") if plan.placement_group == "cluster" else None
         )
-        custom_image = plan.profile.ami.source == "custom"
+        custom_image = plan.custom_ami
 
         def launch_template(id_: str, role: RolePlan | None) -> ec2.CfnLaunchTemplate:
             return GpuLaunchTemplate(
                 self,
                 id_,
                 plan=plan,
-                cluster=cluster.cluster,
-                cluster_security_group_id=cluster.cluster.cluster_security_group_id,
+                cluster=cluster,
+                cluster_security_group_id=cluster.cluster_security_group_id,
                 efa_security_group=self.efa_security_group,
                 placement_group=self.placement_group.ref if self.placement_group else None,
                 role=role,
@@ -110,7 +108,7 @@ class CapacityStack(cdk.Stack):
             group = eks.Nodegroup(
                 self,
                 f"{role.name.capitalize()}Nodes",
-                cluster=cluster.cluster,
+                cluster=cluster,
                 nodegroup_name=role.node_group_name,
                 capacity_type=eks.CapacityType.CAPACITY_BLOCK if block else eks.CapacityType.ON_DEMAND,
                 # No instance_types: the type is in the launch template (aws-cdk-lib 2.275 also rejects P5-family
@@ -138,7 +136,7 @@ class CapacityStack(cdk.Stack):
             "BlockLifecycle",
             plan=plan,
             reservation_id=self.reservation_id,
-            cluster=cluster.cluster,
+            cluster=cluster,
             vpc=vpc,
             key=key,
             log_retention_days=retention,
@@ -147,7 +145,3 @@ class CapacityStack(cdk.Stack):
             cdk.CfnOutput(self, f"{name.capitalize()}LaunchTemplateId", value=template.ref)
         if self.purchase:
             cdk.CfnOutput(self, "ReservationId", value=self.purchase.reservation_id, description="The Capacity Block this stack bought")
-
-    @property
-    def availability_zones(self) -> list[str]:
-        return self._zones

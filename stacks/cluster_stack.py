@@ -21,7 +21,7 @@ from pdkit.model.plan import Plan
 from stacks.access_host import AccessHost
 from stacks.eks_addons import ClusterCharts, ManagedAddons
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
-from stacks.network_stack import NetworkStack
+from stacks.kit_stack import KitStack
 from stacks.node_launch_template import detailed_monitoring, metadata_options, root_volume
 from stacks.observability_addon import ContainerInsightsAddon
 from stacks.policy import acknowledge
@@ -45,11 +45,10 @@ ALL_LOG_TYPES = [
 ]
 
 
-class ClusterStack(cdk.Stack):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, **kwargs: Any) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
-        c = plan.profile.cluster
+class ClusterStack(KitStack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, **kwargs: Any) -> None:
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
+        access = plan.cluster_access
         private = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
 
         self.secrets_key = kms.Key(
@@ -61,20 +60,20 @@ class ClusterStack(cdk.Stack):
             self,
             "ControlPlaneLogs",
             key=self.logs_key,
-            retention_days=c.log_retention_days,
+            retention_days=plan.log_retention_days,
             log_group_name=f"/aws/eks/{plan.cluster_name}/cluster",
         )
         endpoint = (
             eks.EndpointAccess.PRIVATE
-            if c.endpoint_access == "private"
-            else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*[str(n) for n in c.public_access_cidrs])
+            if access.endpoint == "private"
+            else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*access.public_access_cidrs)
         )
         self.cluster = eks.Cluster(
             self,
             "Cluster",
             cluster_name=plan.cluster_name,
             version=eks.KubernetesVersion.of(plan.kubernetes_version),
-            vpc=network.vpc,
+            vpc=vpc,
             vpc_subnets=[private],
             service_ipv4_cidr=plan.service_cidr,
             endpoint_access=endpoint,
@@ -85,12 +84,12 @@ class ClusterStack(cdk.Stack):
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
             kubectl_provider_options=eks.KubectlProviderOptions(
-                kubectl_layer=KubectlV36Layer(self, "KubectlLayer"), private_subnets=network.vpc.private_subnets
+                kubectl_layer=KubectlV36Layer(self, "KubectlLayer"), private_subnets=vpc.private_subnets
             ),
         )
         self.cluster.node.add_dependency(control_plane_logs)
         self._encrypt_kubectl_provider_logs()
-        for i, arn in enumerate(c.admin_principal_arns):
+        for i, arn in enumerate(access.admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{i}",
                 arn,
@@ -122,7 +121,7 @@ class ClusterStack(cdk.Stack):
             cluster=self.cluster,
             version=addons().managed["amazon-cloudwatch-observability"],
             logs_key=self.logs_key,
-            log_retention_days=c.log_retention_days,
+            log_retention_days=plan.log_retention_days,
         )
         self.container_insights.addon.node.add_dependency(self.system_nodes)
         self.container_insights.addon.node.add_dependency(self.addons.addons["eks-pod-identity-agent"])
@@ -130,17 +129,13 @@ class ClusterStack(cdk.Stack):
         for chart in self.charts.charts.values():
             chart.node.add_dependency(self.system_nodes)
 
-        self.access_host = AccessHost(self, "AccessHost", vpc=network.vpc)
+        self.access_host = AccessHost(self, "AccessHost", vpc=vpc)
         self.cluster.cluster_security_group.add_ingress_rule(
             self.access_host.security_group, ec2.Port.tcp(443), "kubectl through the SSM access host"
         )
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         cdk.CfnOutput(self, "ClusterEndpoint", value=self.cluster.cluster_endpoint)
         self._acknowledge(plan)
-
-    @property
-    def availability_zones(self) -> list[str]:
-        return self._zones
 
     def _encrypt_kubectl_provider_logs(self) -> None:
         """aws_eks_v2 creates the kubectl provider's log groups without a key and offers no option for one; AWS
@@ -152,7 +147,7 @@ class ClusterStack(cdk.Stack):
             group.kms_key_id = self.logs_key.key_arn
 
     def _system_nodes(self, plan: Plan) -> eks.Nodegroup:
-        nodes = plan.profile.cluster.system_nodes
+        nodes = plan.system_nodes
         template = ec2.CfnLaunchTemplate(
             self,
             "SystemNodeTemplate",
@@ -173,7 +168,7 @@ class ClusterStack(cdk.Stack):
             launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
             min_size=nodes.count,
             desired_size=nodes.count,
-            max_size=nodes.count * 2,
+            max_size=nodes.max_count,
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             labels=plan.system_node_labels,
             enable_node_auto_repair=True,

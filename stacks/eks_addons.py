@@ -10,11 +10,12 @@ from constructs import Construct
 
 from pdkit.model.catalog import addons
 from pdkit.model.plan import ROLE_LABEL, Plan
+from pdkit.render.pod import GPU
 
 # Device plugins must run on GPU nodes, which carry the role taints; tolerate them and the usual GPU taint.
 GPU_TOLERATIONS = [
     {"key": ROLE_LABEL, "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": GPU, "operator": "Exists", "effect": "NoSchedule"},
     {"key": "CriticalAddonsOnly", "operator": "Exists"},
 ]
 

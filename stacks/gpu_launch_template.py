@@ -54,7 +54,7 @@ class GpuLaunchTemplate(Construct):
         block = plan.market == "capacity-block"
         image_id: str | None = None
         user_data = cdk.Fn.base64(node_config.user_data())
-        if plan.profile.ami.source == "custom":
+        if plan.custom_ami:
             custom = custom_node_image(self, plan=plan, cluster=cluster, service_cidr=plan.service_cidr, role=role)
             image_id, user_data = custom.image_id, custom.user_data
         self.template = L(

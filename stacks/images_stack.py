@@ -15,6 +15,7 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -25,20 +26,19 @@ from pdkit.model.images import ROOT, context_files_outside_containers
 from pdkit.model.plan import Plan
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.kit_function import KitFunction
-from stacks.network_stack import NetworkStack
+from stacks.kit_stack import KitStack
 from stacks.policy import acknowledge
 
 KEEP_IMAGES = 10
-# containers/build_args.py (through containers/versions.py) needs PyYAML and pydantic on the build host,
+# containers/build_args.py (through containers/versions.py) needs what versions.py imports on the build host,
 # at the kit's own pins (requirements.txt; tests/test_images.py keeps them equal).
-BUILD_HOST_PINS = ("pyyaml==6.0.4", "pydantic==2.14.4")
+BUILD_HOST_PINS = ("pyyaml==6.0.4", "pydantic==2.14.4", "docker==7.2.0", "dockerfile-parse==2.0.1")
 BASE_DIGESTS = "base-digests.txt"  # component=sha256:... of every base image a build resolved
 
 
-class ImagesStack(cdk.Stack):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, network: NetworkStack, **kwargs: Any) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
+class ImagesStack(KitStack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, **kwargs: Any) -> None:
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
         self.repositories: dict[str, ecr.Repository] = {}
         if plan.rehearses is not None:
             registry = plan.image_registry(self.account)
@@ -88,7 +88,7 @@ class ImagesStack(cdk.Stack):
             exclude=["*", ".*", "!containers", "!containers/**", *_admit(context_files_outside_containers()), "**/__pycache__"],
         )
         logs_kms = logs_key(self, "BuildLogsKey", description=f"{plan.name}: image build logs")
-        build_logs = EncryptedLogGroup(self, "BuildLogs", key=logs_kms, retention_days=plan.profile.cluster.log_retention_days)
+        build_logs = EncryptedLogGroup(self, "BuildLogs", key=logs_kms, retention_days=plan.log_retention_days)
         registry = f"{self.account}.dkr.ecr.{self.region}.amazonaws.com"
         self.project = codebuild.Project(
             self,
@@ -120,9 +120,9 @@ class ImagesStack(cdk.Stack):
             handler="pdkit.functions.start_build.handler",
             modules=("functions/cfn_response.py", "functions/start_build.py"),
             description=f"{plan.name}: start the image build when the image source changes",
-            vpc=network.vpc,
+            vpc=vpc,
             key=logs_kms,
-            log_retention_days=plan.profile.cluster.log_retention_days,
+            log_retention_days=plan.log_retention_days,
         )
         starter.allow("StartBuildPermission", iam.PolicyStatement(actions=["codebuild:StartBuild"], resources=[self.project.project_arn]))
         cdk.CustomResource(
@@ -137,10 +137,6 @@ class ImagesStack(cdk.Stack):
         for image in plan.images.values():
             cdk.CfnOutput(self, f"{image.name.title().replace('-', '')}Image", value=image.uri(registry))
         self._acknowledge(plan)
-
-    @property
-    def availability_zones(self) -> list[str]:
-        return self._zones
 
     def _acknowledge(self, plan: Plan) -> None:
         acknowledge(

@@ -25,7 +25,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         app,
         plan.stack_names["cluster"],
         plan=plan,
-        network=network,
+        vpc=network.vpc,
         env=env,
         description=f"{plan.name}: EKS cluster, add-ons, system nodes, access host",
     )
@@ -33,8 +33,8 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         app,
         plan.stack_names["capacity"],
         plan=plan,
-        network=network,
-        cluster=cluster,
+        vpc=network.vpc,
+        cluster=cluster.cluster,
         env=env,
         description=f"{plan.name}: GPU node groups on Capacity Block {plan.reservation_label}, guard, lifecycle automation"
         if plan.market == "capacity-block"
@@ -44,7 +44,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         app,
         plan.stack_names["images"],
         plan=plan,
-        network=network,
+        vpc=network.vpc,
         env=env,
         description=f"{plan.name}: ECR repositories and the in-region image build",
     )
@@ -52,7 +52,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         app,
         plan.stack_names["serving"],
         plan=plan,
-        cluster=cluster,
+        cluster=cluster.cluster,
         env=env,
         description=f"{plan.name}: weights bucket, serving identity, DisaggregatedSet and router",
     )
@@ -61,9 +61,10 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         app,
         plan.stack_names["observability"],
         plan=plan,
-        network=network,
-        cluster=cluster,
-        capacity=capacity,
+        vpc=network.vpc,
+        cluster=cluster.cluster,
+        reservation_id=capacity.reservation_id,
+        topic=capacity.lifecycle.topic,
         env=env,
         description=f"{plan.name}: Prometheus scraper, dashboards, alarms, Capacity Block clock",
     )
@@ -71,7 +72,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         app,
         plan.stack_names["ami"],
         plan=plan,
-        network=network,
+        vpc=network.vpc,
         env=env,
         description=f"{plan.name}: GPU node image pipeline (EC2 Image Builder, ami/)",
     )

@@ -1,8 +1,7 @@
 """Network: a VPC with private subnets in every AZ, one NAT path for public registries, endpoints, flow logs.
 
-Subnets exist in every AZ of the region because AZ names map to different physical zones per
-account and a later Capacity Block may land in another AZ: only the GPU node groups follow the
-block; this stack does not change when the block's AZ does.
+Subnets exist in every AZ of the region (stacks/kit_stack.py says why): only the GPU node groups
+follow the block; this stack does not change when the block's AZ does.
 """
 
 from __future__ import annotations
@@ -16,21 +15,21 @@ from constructs import Construct
 
 from pdkit.model.plan import Plan
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
+from stacks.kit_stack import KitStack
 from stacks.policy import acknowledge, named_az
 from stacks.vpc_endpoints import ServiceEndpoints
 
 
-class NetworkStack(cdk.Stack):
+class NetworkStack(KitStack):
     def __init__(self, scope: Construct, id_: str, *, plan: Plan, **kwargs: Any) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
-        net = plan.profile.network
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
+        net = plan.network
 
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(str(net.vpc_cidr)),
-            availability_zones=self._zones,
+            availability_zones=self.availability_zones,
             nat_gateways=net.nat_gateways,
             restrict_default_security_group=True,
             subnet_configuration=[
@@ -80,12 +79,6 @@ class NetworkStack(cdk.Stack):
         for az, subnet in self.private_subnets_by_az.items():
             cdk.CfnOutput(self, f"PrivateSubnet{az[-1].upper()}", value=subnet.subnet_id, description=f"private subnet in {az}")
         self._acknowledge_subnets()
-
-    @property
-    def availability_zones(self) -> list[str]:
-        # The plan names the AZs, so synth never performs the availability-zones context lookup
-        # (which needs credentials once an account is set).
-        return self._zones
 
     def _acknowledge_subnets(self) -> None:
         for subnet in [*self.vpc.public_subnets, *self.vpc.private_subnets]:

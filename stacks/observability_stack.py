@@ -12,41 +12,41 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from pdkit.model.plan import Plan
-from stacks.capacity_stack import CapacityStack
-from stacks.cluster_stack import ClusterStack
 from stacks.encrypted_log_group import logs_key
-from stacks.network_stack import NetworkStack
+from stacks.kit_stack import KitStack
 from stacks.observability_alarms import Alarms
 from stacks.observability_dashboards import Dashboards
 from stacks.observability_functions import BlockClock, ServingMetrics
 from stacks.observability_prometheus import ServingPrometheus
 
 
-class ObservabilityStack(cdk.Stack):
+class ObservabilityStack(KitStack):
     def __init__(
         self,
         scope: Construct,
         id_: str,
         *,
         plan: Plan,
-        network: NetworkStack,
-        cluster: ClusterStack,
-        capacity: CapacityStack,
+        vpc: ec2.IVpc,
+        cluster: eks.ICluster,
+        reservation_id: str,
+        topic: sns.Topic,
         **kwargs: Any,
     ) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
         # With capacity.purchase the block's id exists once the capacity stack has bought it: the clock, alarms and
         # dashboards read it from there (the same id as the profile's otherwise).
-        plan = plan.with_reservation_id(capacity.reservation_id)
-        vpc = network.vpc
-        retention = plan.profile.cluster.log_retention_days
+        plan = plan.with_reservation_id(reservation_id)
+        retention = plan.log_retention_days
         key = logs_key(self, "ObservabilityKey", description=f"{plan.name}: observability functions (logs, dead letters)")
 
-        self.prometheus = ServingPrometheus(self, "Prometheus", plan=plan, cluster=cluster.cluster, subnets=vpc.private_subnets)
+        self.prometheus = ServingPrometheus(self, "Prometheus", plan=plan, cluster=cluster, subnets=vpc.private_subnets)
         # An on-demand rehearsal has no block whose minutes to count.
         self.block_clock = (
             BlockClock(self, "BlockClock", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
@@ -64,9 +64,5 @@ class ObservabilityStack(cdk.Stack):
             workspace_endpoint=self.prometheus.workspace.attr_prometheus_endpoint,
         )
         self.dashboards = Dashboards(self, "Dashboards", plan=plan)
-        self.alarms = Alarms(self, "Alarms", plan=plan, topic=capacity.lifecycle.topic)
+        self.alarms = Alarms(self, "Alarms", plan=plan, topic=topic)
         cdk.CfnOutput(self, "PrometheusQueryEndpoint", value=self.prometheus.workspace.attr_prometheus_endpoint)
-
-    @property
-    def availability_zones(self) -> list[str]:
-        return self._zones

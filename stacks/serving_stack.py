@@ -20,16 +20,15 @@ from pdkit.model.plan import Plan
 from pdkit.pods.weights_manifest import MANIFEST_NAME
 from pdkit.render.serving import inputs, manifests, names
 from pdkit.render.serving.compile_cache_objects import cache_prefix
-from stacks.cluster_stack import ClusterStack
+from stacks.kit_stack import KitStack
 from stacks.policy import acknowledge
 
 NOT_REPLICATED = "Weights are a copy of a public Hugging Face checkpoint, re-importable at any time with `pdkit weights import`; replicating ~760 GB to a second region buys nothing."
 
 
-class ServingStack(cdk.Stack):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, cluster: ClusterStack, **kwargs: Any) -> None:
-        self._zones = list(plan.availability_zones)
-        super().__init__(scope, id_, **kwargs)
+class ServingStack(KitStack):
+    def __init__(self, scope: Construct, id_: str, *, plan: Plan, cluster: eks.ICluster, **kwargs: Any) -> None:
+        super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
         key = kms.Key(self, "WeightsKey", description=f"{plan.name}: model weights", enable_key_rotation=True)
         access_logs = s3.Bucket(
             self,
@@ -93,17 +92,13 @@ class ServingStack(cdk.Stack):
         # The block's registry for a rehearsal, which runs the block's images (plan.image_region).
         registry = f"{self.account}.dkr.ecr.{plan.image_region}.{self.url_suffix}"
         objects = manifests.render(plan, inputs.from_plan(plan, registry=registry, weights_bucket=self.weights.bucket_name))
-        self.manifest = eks.KubernetesManifest(self, "Objects", cluster=cluster.cluster, manifest=objects, overwrite=True)
+        self.manifest = eks.KubernetesManifest(self, "Objects", cluster=cluster, manifest=objects, overwrite=True)
 
         cdk.CfnOutput(self, "WeightsBucket", value=self.weights.bucket_name)
         cdk.CfnOutput(self, "WeightsPrefix", value=plan.weights.prefix)
         cdk.CfnOutput(self, "Namespace", value=names.namespace(plan))
         self._acknowledge(plan, reader, access_logs)
         self._acknowledge_writer(plan, writer)
-
-    @property
-    def availability_zones(self) -> list[str]:
-        return self._zones
 
     def _acknowledge(self, plan: Plan, reader: iam.ManagedPolicy, access_logs: s3.Bucket) -> None:
         acknowledge(self.weights, {"NIST.800.53.R5-S3BucketReplicationEnabled": NOT_REPLICATED})
@@ -124,7 +119,7 @@ class ServingStack(cdk.Stack):
             },
         )
 
-    def _writer(self, plan: Plan, cluster: ClusterStack, key: kms.Key) -> iam.ManagedPolicy:
+    def _writer(self, plan: Plan, cluster: eks.ICluster, key: kms.Key) -> iam.ManagedPolicy:
         """The import Job's identity (`pdkit weights import`): write the model's prefix, nothing else."""
         prefix = plan.weights.prefix
         statements = [
@@ -140,7 +135,7 @@ class ServingStack(cdk.Stack):
             # SSE-KMS: GenerateDataKey for each object, Decrypt to complete multipart uploads and read the manifest.
             iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[key.key_arn]),
         ]
-        token = plan.profile.model.hf_token_secret_arn
+        token = plan.weights.hf_token_secret_arn
         if token:
             statements.append(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"], resources=[token]))
         writer = iam.ManagedPolicy(self, "WeightsWrite", statements=statements)
@@ -155,7 +150,7 @@ class ServingStack(cdk.Stack):
         return writer
 
     def _pod_identity(
-        self, id_: str, plan: Plan, cluster: ClusterStack, purpose: str, policy: iam.ManagedPolicy, description: str
+        self, id_: str, plan: Plan, cluster: eks.ICluster, purpose: str, policy: iam.ManagedPolicy, description: str
     ) -> iam.Role:
         """A role for the pods of one service account: EKS Pod Identity assumes it with session tags."""
         role = iam.Role(
@@ -168,7 +163,7 @@ class ServingStack(cdk.Stack):
         eks_l1.CfnPodIdentityAssociation(
             self,
             f"{id_}Association",
-            cluster_name=cluster.cluster.cluster_name,
+            cluster_name=cluster.cluster_name,
             namespace=names.namespace(plan),
             service_account=names.service_account(plan, purpose),
             role_arn=role.role_arn,

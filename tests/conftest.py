@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from no_skips import pytest_runtest_makereport  # noqa: F401
 from pdkit import deployment
 from pdkit.model import profile_files
 from pdkit.model.plan import Plan
+from pdkit.model.profile import PLACEHOLDER_RESERVATION
+from pdkit.model.thresholds import Thresholds, derive
 from stacks.kit import build_kit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +57,44 @@ def synth(profile: dict[str, Any] | str | None = None, *, with_policy: bool = Fa
     app = new_app()
     stacks = build_kit(app, the_plan, with_policy=with_policy)
     return Kit(app=app, plan=the_plan, stacks=stacks, assembly=app.synth())
+
+
+@functools.cache
+def plan_of(name: str | None = None) -> Plan:
+    """The checked plan of a named profile (None: the default), loaded once per run: read it, never change it."""
+    return deployment.load(name)
+
+
+@pytest.fixture(scope="session")
+def plan() -> Plan:
+    """The default profile's plan (plan_of(None)), for tests that only read it."""
+    return plan_of()
+
+
+@pytest.fixture(scope="session")
+def th(plan: Plan) -> Thresholds:
+    """The default plan's validation thresholds (pdkit/model/thresholds.py)."""
+    return derive(plan)
+
+
+# capacity.purchase of the `bought` kit: the offering the capacity stack buys and the fee the profile confirms.
+PURCHASE = {"offering_id": "cb-0123456789abcdef0", "confirm_upfront_fee_usd": "98765.43"}
+
+
+@pytest.fixture(scope="session")
+def bought() -> Kit:
+    """The default profile with capacity.purchase (PURCHASE) instead of a reservation id, synthesized once."""
+    raw = yaml.safe_load(profile_files.resolve(None).read_text())
+    raw["capacity"] |= {"reservation_id": PLACEHOLDER_RESERVATION, "purchase": PURCHASE}
+    return synth(raw)
+
+
+@pytest.fixture(scope="session")
+def custom_kit() -> Kit:
+    """The default profile on the kit's own node image (ami.source: custom), synthesized once."""
+    raw = yaml.safe_load(profile_files.resolve(None).read_text())
+    raw.setdefault("ami", {})["source"] = "custom"
+    return synth(raw)
 
 
 def policy_findings(app: cdk.App) -> list[str]:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit.cli.context import load_plan
 from pdkit.render import ami
+from tests.conftest import plan_of
 
 PHASES = ("build", "validate", "test")
 # AWSTOE action modules that run on Linux (docs.aws.amazon.com/imagebuilder/latest/userguide/toe-action-modules.html).
@@ -128,7 +128,7 @@ def test_every_variable_is_a_declared_parameter(name):
 
 def test_recipe_passes_every_parameter_and_no_other():
     """Parameters have no defaults on purpose: values come from the plan through the recipe, or the build fails."""
-    given = ami.component_parameters(load_plan(None), registry="123456789012.dkr.ecr.eu-south-2.amazonaws.com")
+    given = ami.component_parameters(plan_of(), registry="123456789012.dkr.ecr.eu-south-2.amazonaws.com")
     for name in ami.COMPONENTS:
         declared: dict[str, Any] = {k: v for p in ami.component_document(name).get("parameters", []) for k, v in p.items()}
         assert set(given[name]) == set(declared)
@@ -137,7 +137,7 @@ def test_recipe_passes_every_parameter_and_no_other():
 
 
 def test_serving_image_is_the_plans():
-    plan = load_plan(None)
+    plan = plan_of()
     image = plan.images[ami.SERVING_IMAGE]
     given = ami.component_parameters(plan, registry="123456789012.dkr.ecr.eu-south-2.amazonaws.com")
     assert given["serving-image"]["ImageUri"] == f"123456789012.dkr.ecr.eu-south-2.amazonaws.com/{image.repository}:{image.tag}"
@@ -224,7 +224,7 @@ def _run_driver_step(step: str, driver: str, tmp_path: Path) -> subprocess.Compl
     (stub / "systemctl").chmod(0o755)
     manifest = tmp_path / "node-image.env"
     manifest.write_text(f"NVIDIA_DRIVER={driver}\n")
-    values = {**ami.component_parameters(load_plan(None), registry="r")["nvidia-driver"], "Manifest": str(manifest)}
+    values = {**ami.component_parameters(plan_of(), registry="r")["nvidia-driver"], "Manifest": str(manifest)}
     (script,) = [s for where, s in SCRIPTS if where == f"nvidia-driver/{step}"]
     script = VARIABLE.sub(lambda m: values[m.group(1)], script)
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False, env={"PATH": f"{stub}:/usr/bin:/bin"})

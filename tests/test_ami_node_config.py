@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit.cli.context import load_plan
 from pdkit.render import ami, node_config
+from tests.conftest import plan_of
 
 CLUSTER = ami.ClusterDetails(
     name="glm51-2p2d",
@@ -20,7 +20,7 @@ CLUSTER = ami.ClusterDetails(
 
 
 def _decode_config() -> tuple[dict[str, Any], dict[str, Any]]:
-    plan = load_plan(None)
+    plan = plan_of()
     labels, taints = ami.role_kubelet_identity(plan, plan.decode)
     message = email.message_from_string(ami.custom_user_data(CLUSTER, labels=labels, taints=taints))
     assert message.is_multipart()
@@ -67,7 +67,7 @@ def test_kubelet_registers_with_role_gpu_and_node_group_labels():
     config, identity = _decode_config()
     (labels_flag,) = [f for f in config["spec"]["kubelet"]["flags"] if f.startswith("--node-labels=")]
     labels = dict(item.split("=", 1) for item in labels_flag.removeprefix("--node-labels=").split(","))
-    plan = load_plan(None)
+    plan = plan_of()
     assert labels["pdkit/role"] == "decode"
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["eks.amazonaws.com/nodegroup"] == plan.decode.node_group_name
@@ -115,5 +115,5 @@ def test_does_not_change_the_eks_optimized_node_config():
 
 
 def test_launch_template_reads_the_promoted_parameter_name():
-    plan = load_plan(None)
+    plan = plan_of()
     assert ami.image_parameter(plan.name) == f"/pdkit/{plan.name}/ami/gpu"

@@ -10,16 +10,14 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Template
 
-from pdkit.cli.context import load_plan
-from pdkit.render import ami
 from stacks.ami_node_image import custom_node_image
-from tests.conftest import new_app
+from tests.conftest import new_app, plan_of
 
 SERVICE_CIDR = "172.20.0.0/16"
 
 
 def _template(role: str | None) -> dict[str, Any]:
-    plan = load_plan(None)
+    plan = plan_of()
     app = new_app()
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(region=plan.region))
     # Cross-stack values, as the capacity stack sees the cluster stack's: tokens until deploy.
@@ -42,16 +40,6 @@ def _template(role: str | None) -> dict[str, Any]:
 def _user_data(template: dict[str, Any]) -> str:
     (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     return json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
-
-
-def test_image_id_is_the_promoted_parameter_resolved_at_deploy():
-    """Only promotion moves nodes: the template reads /pdkit/<name>/ami/gpu, never the build's candidate."""
-    template = _template("decode")
-    (lt,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
-    ref = lt["Properties"]["LaunchTemplateData"]["ImageId"]["Ref"]
-    parameter = template["Parameters"][ref]
-    assert parameter["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
-    assert parameter["Default"] == ami.image_parameter(load_plan(None).name)
 
 
 def test_user_data_carries_the_cluster_coordinates_from_the_cluster():

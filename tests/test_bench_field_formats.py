@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pdkit.cli.main import main
 from pdkit.ops.bench import results, workload
 from tests.fixtures.fabric.fakes import BENCH
 
@@ -105,10 +106,9 @@ def test_pdkit_report_on_a_mixed_directory(capsys, tmp_path):
     """Acceptance of issue 18: a directory mixing a 0.4-style rate sweep (JSONL), old printed summaries, the
     zero-TTFT bug record and a truncated file gives a report whose workload line comes from the records and
     which lists what it skipped and why (stderr says the same)."""
-    from tests.fixtures.fabric import fakes
 
     src = _dir(tmp_path / "in", "sglang-rate-sweep.jsonl", "zero-ttft-itl.jsonl", "truncated.jsonl", "sglang-not-set.log")
-    assert fakes.main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 0
+    assert main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 0
     text = (tmp_path / "r" / "report.md").read_text()
     workload_line = next(line for line in text.splitlines() if line.startswith("- Workload"))
     assert "random dataset, input 1024 / output 256 tokens (range ratio 0.5)" in workload_line

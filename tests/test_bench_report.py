@@ -3,38 +3,31 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from pdkit.model import plan as plan_mod
-from pdkit.model import profile_files, seed
+from pdkit.cli.main import main
+from pdkit.model import seed
 from pdkit.ops.bench import model, report, results
+from tests.conftest import plan_of
 from tests.fixtures.fabric import fakes
-from tests.fixtures.fabric.fakes import BENCH, FakeCluster, fixture
+from tests.fixtures.fabric.fakes import BENCH, GOOD_LOGS, FakeCluster, bench_pod_log, fixture, sweep_copy
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
-def plan():
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
+def _report(plan, bench_dir, *out, **kw):
+    """The report of the bench results in `bench_dir` against the seed and the plan's latency model: its Markdown,
+    or with `out` the files report.write leaves there."""
+    the_seed = seed.load()
+    write = report.write if out else report.markdown
+    return write(results.load_dir(bench_dir), *out, plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed), **kw)
 
 
 @pytest.fixture(scope="module")
 def written(plan, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    the_seed = seed.load()
-    files = report.write(
-        results.load_dir(BENCH / "sweep"),
-        out,
-        plan=plan,
-        seed=the_seed,
-        model=model.from_plan(plan, the_seed),
-        run_meta=json.loads((BENCH / "sweep" / "run.json").read_text()),
-    )
-    return out, files
+    return out, _report(plan, BENCH / "sweep", out, run_meta=json.loads((BENCH / "sweep" / "run.json").read_text()))
 
 
 def test_seed_figures_are_derived_from_the_stated_ones():
@@ -111,40 +104,29 @@ def test_markdown_places_each_level(written):
 
 
 def test_report_from_printed_summaries_only(plan, tmp_path):
-    the_seed = seed.load()
-    report.write(results.load_dir(BENCH / "summary-only"), tmp_path, plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    _report(plan, BENCH / "summary-only", tmp_path)
     assert (tmp_path / report.ITL_PLOT).read_bytes().startswith(PNG)
     assert "| max ITL (ms) | 434 | 117 |" in (tmp_path / report.REPORT).read_text()
 
 
 def test_failed_levels_and_request_errors_are_listed(plan, tmp_path):
-    src = tmp_path / "in"
-    shutil.copytree(BENCH / "sweep", src)
+    src = sweep_copy(tmp_path / "in")
     (src / "failed.json").write_text('{"128": "bench_serving exited 1: Server is not ready"}')
     rec = json.loads((src / "bench-c4.jsonl").read_text())
     rec["errors"][0] = "HTTP 503 from the router"
     (src / "bench-c4.jsonl").write_text(json.dumps(rec) + "\n")
-    the_seed = seed.load()
-    text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    text = _report(plan, src)
     assert "- c=128: bench_serving exited 1: Server is not ready" in text
     assert "- c=4: HTTP 503 from the router" in text
 
 
 def test_validation_results_are_included(plan, tmp_path):
     from pdkit.ops.fabric import validate
-    from tests.test_fabric_validate import GOOD_LOGS
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
     outcome = validate.run(plan, FakeCluster(logs=logs), image="i", waiting=lambda _p: fakes.waiting(fakes.Clock()), run_id="v1")
     outcome.save(tmp_path / "v.json")
-    the_seed = seed.load()
-    text = report.markdown(
-        results.load_dir(BENCH / "sweep"),
-        plan=plan,
-        seed=the_seed,
-        model=model.from_plan(plan, the_seed),
-        validation=validate.load(tmp_path / "v.json"),
-    )
+    text = _report(plan, BENCH / "sweep", validation=validate.load(tmp_path / "v.json"))
     assert "## Fabric validation" in text
     assert "check(s) failed: the numbers above may reflect the fabric" in text
     assert "| FAIL | all_reduce_perf network |" in text
@@ -153,13 +135,13 @@ def test_validation_results_are_included(plan, tmp_path):
 
 def test_cli_report(capsys, tmp_path):
     out = tmp_path / "r"
-    assert fakes.main(["report", "--bench", str(BENCH / "sweep"), "--out", str(out)]) == 0
+    assert main(["report", "--bench", str(BENCH / "sweep"), "--out", str(out)]) == 0
     assert f"wrote {out / report.REPORT}" in capsys.readouterr().out
     assert (out / report.TPOT_PLOT).read_bytes().startswith(PNG)
 
 
 def test_cli_report_without_results_is_one_line(capsys, tmp_path):
-    assert fakes.main(["report", "--bench", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert main(["report", "--bench", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "no bench_serving results" in err
     assert err.count("\n") == 1
@@ -168,7 +150,7 @@ def test_cli_report_without_results_is_one_line(capsys, tmp_path):
 def test_cli_report_rejects_a_non_validation_file(capsys, tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
-    assert fakes.main(["report", "--bench", str(BENCH / "sweep"), "--validate", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert main(["report", "--bench", str(BENCH / "sweep"), "--validate", str(bad), "--out", str(tmp_path / "r")]) == 2
     assert "not a `pdkit validate` result" in capsys.readouterr().err
 
 
@@ -185,12 +167,10 @@ def test_workload_is_read_from_the_records_not_the_profile(plan, tmp_path):
     --output-details, one TTFT per request. Those say what ran; the profile (output 512, 200 prompts, 16
     warm-up) says what the next run would do. The dataset is the records' "dataset_name". Nothing in the
     records names the warm-up: unknown."""
-    src = tmp_path / "in"
-    shutil.copytree(BENCH / "sweep", src)
+    src = sweep_copy(tmp_path / "in")
     (src / "run.json").unlink()
-    assert (plan.profile.bench.output_len, plan.profile.bench.prompts_per_level) != (32, 16), "the fixture must differ from the profile"
-    the_seed = seed.load()
-    text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    assert (plan.bench.output_len, plan.bench.prompts_per_level) != (32, 16), "the fixture must differ from the profile"
+    text = _report(plan, src)
     assert _workload_line(text) == (
         "- Workload (from the run's records): random dataset, input 2048 / output 32 tokens (range ratio 1), "
         "16 prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64, request rate all at once."
@@ -213,8 +193,7 @@ def test_printed_summaries_say_nothing_of_the_workload(plan, tmp_path):
     """bench_serving's printed "Serving Benchmark Result" block has no input/output length, prompt count or
     warm-up line (sglang/bench_serving.py prints concurrency, counts, throughputs and latencies), so a
     report from summaries alone cannot know them."""
-    the_seed = seed.load()
-    text = report.markdown(results.load_dir(BENCH / "summary-only"), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed))
+    text = _report(plan, BENCH / "summary-only")
     assert _workload_line(text) == (
         "- Workload (from the run's records): unknown dataset, input unknown / output unknown tokens (range ratio unknown), "
         "unknown prompts per level after unknown warm-up requests, concurrency 1, 4, 16, 64, request rate all at once."
@@ -224,14 +203,12 @@ def test_printed_summaries_say_nothing_of_the_workload(plan, tmp_path):
 def test_a_run_of_another_deployment_is_flagged(plan, tmp_path, capsys):
     """run.json names the deployment that ran (`plan`); a report built with another --profile would set
     that run beside the wrong layout and latency model."""
-    src = tmp_path / "in"
-    shutil.copytree(BENCH / "sweep", src)
+    src = sweep_copy(tmp_path / "in")
     meta = json.loads((src / "run.json").read_text()) | {"plan": "other-2p2d", "profile": "config/other.yaml"}
     (src / "run.json").write_text(json.dumps(meta))
-    the_seed = seed.load()
-    text = report.markdown(results.load_dir(src), plan=plan, seed=the_seed, model=model.from_plan(plan, the_seed), run_meta=meta)
+    text = _report(plan, src, run_meta=meta)
     assert "> **Warning:** these results were recorded by deployment 'other-2p2d', but --profile is deployment 'glm51-2p2d'" in text
-    assert fakes.main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 0
+    assert main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert err.startswith("pdkit: warning: these results were recorded by deployment 'other-2p2d'")
     assert "Fix: pass --profile config/other.yaml" in err
@@ -241,10 +218,9 @@ def test_a_run_of_another_deployment_is_flagged(plan, tmp_path, capsys):
 def test_a_broken_run_record_is_one_line(capsys, tmp_path, content):
     """run.json is the run's record of its workload; one that is not a JSON object (json.loads raises
     JSONDecodeError, or yields a list) gets one line with the fix, not a traceback."""
-    src = tmp_path / "in"
-    shutil.copytree(BENCH / "sweep", src)
+    src = sweep_copy(tmp_path / "in")
     (src / "run.json").write_text(content)
-    assert fakes.main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 2
+    assert main(["report", "--bench", str(src), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith("pdkit: error: ")
@@ -257,18 +233,13 @@ def test_a_broken_run_record_is_one_line(capsys, tmp_path, content):
 def _ab_run(tmp_path, name, roles, *, ttft_scale=1.0):
     """A copy of the sweep fixture as `pdkit bench` leaves it, with run.json's per-role backends and TTFT scaled
     (bench_serving writes mean_ttft_ms / p99_ttft_ms / input_throughput per level in each --output-file record)."""
-    src = tmp_path / name
-    shutil.copytree(BENCH / "sweep", src)
-    meta = json.loads((src / "run.json").read_text()) | {"roles": roles}
-    (src / "run.json").write_text(json.dumps(meta))
-    for path in src.glob("bench-c*.jsonl"):
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        for record in records:
-            for key in ("mean_ttft_ms", "p99_ttft_ms"):
-                record[key] *= ttft_scale
-            record["input_throughput"] /= ttft_scale
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return src
+
+    def edit(record):
+        for key in ("mean_ttft_ms", "p99_ttft_ms"):
+            record[key] *= ttft_scale
+        record["input_throughput"] /= ttft_scale
+
+    return sweep_copy(tmp_path / name, meta={"roles": roles}, edit=edit)
 
 
 UCCL_BOTH = {
@@ -284,7 +255,7 @@ def test_compare_sets_two_runs_side_by_side_labelled_by_their_backends(capsys, t
     a = _ab_run(tmp_path, "a", UCCL_BOTH)
     b = _ab_run(tmp_path, "b", DEEPEP_PREFILL, ttft_scale=0.5)
     out = tmp_path / "r"
-    assert fakes.main(["report", "--bench", str(a), "--compare", str(b), "--out", str(out)]) == 0
+    assert main(["report", "--bench", str(a), "--compare", str(b), "--out", str(out)]) == 0
     assert f"wrote {out / report.COMPARE_REPORT}" in capsys.readouterr().out
     text = (out / report.COMPARE_REPORT).read_text()
     assert f"- A: {a} (prefill uccl-ep normal, decode uccl-ep low_latency)" in text
@@ -301,9 +272,8 @@ def test_compare_sets_two_runs_side_by_side_labelled_by_their_backends(capsys, t
 def test_compare_warns_when_a_run_did_not_record_its_backends(capsys, tmp_path):
     """A run without per-role backends in run.json (older `pdkit bench`, or bare bench_serving files) cannot be labelled."""
     a = _ab_run(tmp_path, "a", UCCL_BOTH)
-    b = tmp_path / "b"
-    shutil.copytree(BENCH / "sweep", b)
-    assert fakes.main(["report", "--bench", str(a), "--compare", str(b), "--out", str(tmp_path / "r")]) == 0
+    b = sweep_copy(tmp_path / "b")
+    assert main(["report", "--bench", str(a), "--compare", str(b), "--out", str(tmp_path / "r")]) == 0
     text = (tmp_path / "r" / report.COMPARE_REPORT).read_text()
     assert f"- B: {b} (backend not recorded)" in text
     assert "**Warning:** B has no per-role backend in its run.json" in text
@@ -314,11 +284,9 @@ def test_bench_records_each_roles_backend_in_run_json(tmp_path):
     of the profile that ran (here the A/B partner profile: upstream DeepEP on prefill, UCCL-EP on decode)."""
     from pdkit.ops.bench import run as bench_run
     from tests.fixtures.fabric.fakes import Clock
-    from tests.test_bench_run import _pod_log
 
-    profile, path = profile_files.load("config/glm51-fp8-2p2d-deepep-prefill.yaml")
-    ab = plan_mod.build(profile, profile_path=path)
-    cluster = FakeCluster(logs={"bench": {0: _pod_log()}})
+    ab = plan_of("config/glm51-fp8-2p2d-deepep-prefill.yaml")
+    cluster = FakeCluster(logs={"bench": {0: bench_pod_log()}})
     bench_run.run(ab, cluster, image="img", out_dir=tmp_path, levels=(1, 4), waiting=fakes.waiting(Clock()), run_id="r1")
     roles = json.loads((tmp_path / "run.json").read_text())["roles"]
     assert roles == {

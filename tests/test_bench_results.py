@@ -10,16 +10,12 @@ import pytest
 from pdkit.errors import KitError
 from pdkit.ops.bench import results
 from pdkit.pods import bench_compact as compact
-from tests.fixtures.fabric.fakes import BENCH
-
-
-def _record(c: int) -> dict:
-    return json.loads((BENCH / "sweep" / f"bench-c{c}.jsonl").read_text())
+from tests.fixtures.fabric.fakes import BENCH, bench_record
 
 
 def test_record_metrics_and_max_itl_from_the_per_request_itls():
     """The JSONL has no max ITL field: it comes from the --output-details itls (seconds -> ms)."""
-    rec = _record(64)
+    rec = bench_record(64)
     level = results.from_record(rec)
     assert level.concurrency == 64
     assert level.completed == 16
@@ -36,7 +32,7 @@ def test_max_itl_matches_the_printed_summary():
     blocks = results.parse_summaries((BENCH / "sweep" / "bench.log").read_text())
     printed = {int(b["max_request_concurrency"]): b["max_itl_ms"] for b in blocks}
     for c in (1, 4, 16, 64):
-        assert results.from_record(_record(c)).max_itl_ms == pytest.approx(printed[c], abs=0.01)
+        assert results.from_record(bench_record(c)).max_itl_ms == pytest.approx(printed[c], abs=0.01)
 
 
 def test_summary_keys():
@@ -53,7 +49,7 @@ def test_record_without_the_fields_is_refused():
 
 
 def test_failed_requests_are_kept():
-    rec = _record(4)
+    rec = bench_record(4)
     rec["errors"] = ["", "HTTP 503: no decode worker"]
     assert results.from_record(rec).errors == ("HTTP 503: no decode worker",)
 
@@ -69,7 +65,7 @@ def test_load_dir_sorts_levels_and_reads_failures(tmp_path):
 
 
 def test_load_dir_last_record_per_level_wins(tmp_path):
-    first, second = _record(4), _record(4)
+    first, second = bench_record(4), bench_record(4)
     second["mean_tpot_ms"] = 99.0
     (tmp_path / "a.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
     assert results.load_dir(tmp_path).level(4).get("mean_tpot_ms") == 99.0
@@ -84,7 +80,7 @@ def test_load_dir_from_printed_summaries_only():
 
 
 def test_summary_fills_max_itl_when_jsonl_has_no_details(tmp_path):
-    rec = _record(64)
+    rec = bench_record(64)
     for key in ("itls", "ttfts", "generated_texts", "errors", "input_lens", "output_lens"):
         rec.pop(key)
     (tmp_path / "c64.jsonl").write_text(json.dumps(rec) + "\n")
@@ -105,7 +101,7 @@ def test_load_dir_errors(tmp_path):
 
 
 def test_compact_block_round_trip_drops_texts_and_keeps_latencies():
-    rec = _record(16)
+    rec = bench_record(16)
     text = "noise\n" + compact.encode_block([rec], 16, 0) + "\nmore noise\n"
     blocks = compact.decode_blocks(text)
     status, records = blocks[16]
@@ -117,14 +113,14 @@ def test_compact_block_round_trip_drops_texts_and_keeps_latencies():
 
 
 def test_compact_failed_level_and_incomplete_block():
-    text = compact.encode_block([], 4, 1) + "\n" + compact.encode_block([_record(1)], 1, 0).rsplit("\n", 1)[0]
+    text = compact.encode_block([], 4, 1) + "\n" + compact.encode_block([bench_record(1)], 1, 0).rsplit("\n", 1)[0]
     blocks = compact.decode_blocks(text)
     assert blocks == {4: (1, [])}  # the second block has no end marker yet
 
 
 def test_compact_main_reads_the_results_file(tmp_path, capsys):
     path = tmp_path / "bench-c4.jsonl"
-    path.write_text(json.dumps(_record(4)) + "\n")
+    path.write_text(json.dumps(bench_record(4)) + "\n")
     assert compact.main([str(path), "4", "0"]) == 0
     assert compact.decode_blocks(capsys.readouterr().out)[4][1][0]["max_concurrency"] == 4
     assert compact.main([str(tmp_path / "missing.jsonl"), "8", "2"]) == 0

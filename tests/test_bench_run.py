@@ -8,42 +8,20 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from pdkit.cli.main import main
 from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
+from pdkit.ops import kube
 from pdkit.ops.bench import results
 from pdkit.ops.bench import run as bench_run
-from pdkit.pods import bench_compact as compact
 from tests.fixtures.fabric import fakes
-from tests.fixtures.fabric.fakes import BENCH, Clock, FakeCluster
+from tests.fixtures.fabric.fakes import Clock, FakeCluster, bench_pod_log
 
 IMAGE = "registry.example/sglang-efa:v1"
 
 
-@pytest.fixture(scope="module")
-def plan():
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
-
-
-def _record(c: int) -> dict:
-    return json.loads((BENCH / "sweep" / f"bench-c{c}.jsonl").read_text())
-
-
-def _pod_log(levels=(1, 4), failed=()) -> str:
-    lines = []
-    for c in levels:
-        lines += [f"pdkit-bench-level concurrency={c}", "Starting warmup with 16 sequences...", compact.encode_block([_record(c)], c, 0)]
-    for c in failed:
-        lines += [
-            f"pdkit-bench-level concurrency={c}",
-            "Server at http://glm51-2p2d-router.pd-serving.svc:80/v1/models is not ready. Exiting.",
-            compact.encode_block([], c, 1),
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def test_saves_each_level_and_the_metadata(plan, tmp_path):
-    cluster = FakeCluster(logs={"bench": {0: _pod_log()}})
+    cluster = FakeCluster(logs={"bench": {0: bench_pod_log()}})
     result = bench_run.run(plan, cluster, image=IMAGE, out_dir=tmp_path, levels=(1, 4), waiting=fakes.waiting(Clock()), run_id="r1")
     assert result.ok
     assert sorted(result.saved) == [1, 4]
@@ -66,7 +44,7 @@ def test_saves_each_level_and_the_metadata(plan, tmp_path):
 
 def test_failed_and_missing_levels_are_reported(plan, tmp_path):
     cluster = FakeCluster(
-        logs={"bench": {0: _pod_log(levels=(1,), failed=(4,))}},
+        logs={"bench": {0: bench_pod_log(levels=(1,), failed=(4,))}},
         failure={"bench": "BackoffLimitExceeded: Job has reached the specified backoff limit"},
     )
     result = bench_run.run(plan, cluster, image=IMAGE, out_dir=tmp_path, levels=(1, 4, 16), waiting=fakes.waiting(Clock()), run_id="r1")
@@ -85,7 +63,7 @@ def test_levels_are_harvested_while_the_job_runs(plan, tmp_path):
 
     def growing():
         reads["n"] += 1
-        return {0: _pod_log(levels=(1,)) if reads["n"] == 1 else _pod_log(levels=(1, 4))}
+        return {0: bench_pod_log(levels=(1,)) if reads["n"] == 1 else bench_pod_log(levels=(1, 4))}
 
     said = []
     cluster = FakeCluster(logs={"bench": growing})
@@ -101,7 +79,8 @@ def test_deadline_seconds_grows_with_prompts(plan, raw_with):
 
 
 def test_cli_render(capsys, plan):
-    assert fakes.main(["bench", "--render", "--concurrency", "2,8", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
+    """`pdkit bench --render` prints the Job of the asked levels, every object valid for the plan's Kubernetes version."""
+    assert main(["bench", "--render", "--concurrency", "2,8", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     for doc in docs:
         kubernetes_validate.validate(doc, f"{plan.kubernetes_version}.0", strict=True)
@@ -112,15 +91,14 @@ def test_cli_render(capsys, plan):
 
 def test_cli_rejects_bad_levels(capsys):
     with pytest.raises(SystemExit):
-        fakes.main(["bench", "--render", "--concurrency", "1,x"])
+        main(["bench", "--render", "--concurrency", "1,x"])
     assert "not a comma-separated list of integers" in capsys.readouterr().err
 
 
 def test_cli_runs_and_saves(monkeypatch, capsys, tmp_path):
-    from pdkit.ops import jobs as cluster_mod
 
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs={"bench": {0: _pod_log()}}))
-    assert fakes.main(["bench", "--out", str(tmp_path), "--concurrency", "1,4", "--image", IMAGE]) == 0
+    monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(logs={"bench": {0: bench_pod_log()}}))
+    assert main(["bench", "--out", str(tmp_path), "--concurrency", "1,4", "--image", IMAGE]) == 0
     out = capsys.readouterr().out
     assert f"Next: pdkit report --bench {tmp_path}" in out
     assert (tmp_path / "bench-c1.jsonl").is_file()

@@ -10,26 +10,24 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 
 import pytest
 import yaml
 
-from pdkit.model import plan as plan_mod
-from pdkit.model import profile_files
+from pdkit.cli.main import main
 from pdkit.ops.bench import report, results
 from pdkit.ops.bench import run as bench_run
 from pdkit.render import bench as manifests
+from tests.conftest import plan_of
 from tests.fixtures.fabric import fakes
-from tests.fixtures.fabric.fakes import BENCH, Clock, FakeCluster
+from tests.fixtures.fabric.fakes import BENCH, Clock, FakeCluster, bench_pod_log, bench_record, sweep_copy
 
 IMAGE = "registry.example/sglang-efa:v1"
 
 
 @pytest.fixture(scope="module")
 def plan():
-    profile, path = profile_files.load("glm51-fp8-4p4d")
-    return plan_mod.build(profile, profile_path=path)
+    return plan_of("glm51-fp8-4p4d")
 
 
 def _argv(plan, workload):
@@ -46,7 +44,7 @@ def test_shared_prefix_workload_uses_bench_servings_generated_shared_prefix_data
     """bench_serving 0.5.23's generated-shared-prefix dataset sends gsp_num_groups x gsp_prompts_per_group prompts,
     each group sharing a gsp_system_prompt_len-token system prompt (datasets/generated_shared_prefix.py); --cache-report
     makes it record the cached share of prompt tokens."""
-    b = plan.profile.bench
+    b = plan.bench
     opts = _opts(argv := _argv(plan, "shared-prefix"))
     assert opts["--dataset-name"] == "generated-shared-prefix"
     assert opts["--gsp-num-groups"] == str(b.shared_prefix.groups)
@@ -70,16 +68,14 @@ def test_shared_prefix_flags_are_ones_sglang_0_5_23_accepts(plan):
 
 def test_cli_renders_the_shared_prefix_workload(capsys):
     registry = "123456789012.dkr.ecr.eu-south-2.amazonaws.com"
-    assert fakes.main(["bench", "--render", "--concurrency", "2", "--workload", "shared-prefix", "--registry", registry]) == 0
+    assert main(["bench", "--render", "--concurrency", "2", "--workload", "shared-prefix", "--registry", registry]) == 0
     script = list(yaml.safe_load_all(capsys.readouterr().out))[1]["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "--dataset-name generated-shared-prefix" in script
 
 
 def test_run_json_records_the_workload_and_the_routers_policies(plan, tmp_path):
     """`pdkit report --compare` labels a cache-aware vs round-robin A/B from each run's own run.json."""
-    from tests.test_bench_run import _pod_log
-
-    cluster = FakeCluster(logs={"bench": {0: _pod_log()}})
+    cluster = FakeCluster(logs={"bench": {0: bench_pod_log()}})
     bench_run.run(
         plan, cluster, image=IMAGE, out_dir=tmp_path, levels=(1, 4), waiting=fakes.waiting(Clock()), run_id="r1", workload="shared-prefix"
     )
@@ -87,13 +83,13 @@ def test_run_json_records_the_workload_and_the_routers_policies(plan, tmp_path):
     assert meta["workload"] == "shared-prefix"
     assert meta["router_policies"] == {"prefill": "cache_aware", "decode": "power_of_two", "dp_aware": True}
     assert "generated-shared-prefix" in meta["command"]
-    assert meta["input_len"] == plan.profile.bench.shared_prefix.system_prompt_len + plan.profile.bench.shared_prefix.question_len
+    assert meta["input_len"] == plan.bench.shared_prefix.system_prompt_len + plan.bench.shared_prefix.question_len
 
 
 def test_random_lengths_of_a_shared_prefix_record_are_not_read_as_its_lengths():
     """bench_serving 0.5.23 writes `random_input_len: args.random_input_len` (default 1024) into every record,
     whatever the dataset (sglang/benchmark/serving.py): for generated-shared-prefix it is not the prompt length."""
-    record = json.loads((BENCH / "sweep" / "bench-c1.jsonl").read_text()) | {"dataset_name": "generated-shared-prefix"}
+    record = bench_record(1) | {"dataset_name": "generated-shared-prefix"}
     level = results.from_record(record)
     assert (level.input_len, level.output_len, level.range_ratio) == (None, None, None)
     assert results.from_record(record | {"dataset_name": "random"}).input_len == record["random_input_len"]
@@ -101,29 +97,24 @@ def test_random_lengths_of_a_shared_prefix_record_are_not_read_as_its_lengths():
 
 def _with_cache_report(tmp_path, name, hit_pct, *, prefill_policy, ttft_scale=1.0):
     """The sweep fixture with bench_serving's cache_report object per record, and the router policies in run.json."""
-    src = tmp_path / name
-    shutil.copytree(BENCH / "sweep", src)
-    meta = json.loads((src / "run.json").read_text())
-    meta["router_policies"] = {"prefill": prefill_policy, "decode": "power_of_two", "dp_aware": True}
-    (src / "run.json").write_text(json.dumps(meta))
-    for path in src.glob("bench-c*.jsonl"):
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        for record in records:
-            prompt = int(record["total_input_tokens"])
-            cached = int(prompt * hit_pct / 100)
-            record["cache_report"] = {
-                "total_prompt_tokens": prompt,
-                "total_cached_tokens": cached,
-                "cache_hit_rate_pct": round(cached / prompt * 100, 2),
-                "device_cached_tokens": None,
-                "host_cached_tokens": None,
-                "storage_cached_tokens": None,
-                "storage_backend": None,
-            }
-            for key in ("mean_ttft_ms", "p99_ttft_ms"):
-                record[key] *= ttft_scale
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return src
+
+    def edit(record):
+        prompt = int(record["total_input_tokens"])
+        cached = int(prompt * hit_pct / 100)
+        record["cache_report"] = {
+            "total_prompt_tokens": prompt,
+            "total_cached_tokens": cached,
+            "cache_hit_rate_pct": round(cached / prompt * 100, 2),
+            "device_cached_tokens": None,
+            "host_cached_tokens": None,
+            "storage_cached_tokens": None,
+            "storage_backend": None,
+        }
+        for key in ("mean_ttft_ms", "p99_ttft_ms"):
+            record[key] *= ttft_scale
+
+    policies = {"prefill": prefill_policy, "decode": "power_of_two", "dp_aware": True}
+    return sweep_copy(tmp_path / name, meta={"router_policies": policies}, edit=edit)
 
 
 def test_cache_hit_rate_is_read_from_the_records_cache_report(tmp_path):
@@ -144,7 +135,7 @@ def test_a_run_without_cache_report_has_no_cache_hit_line():
 
 def test_report_states_the_cache_hit_rate(capsys, tmp_path):
     run = _with_cache_report(tmp_path, "a", 62.5, prefill_policy="cache_aware")
-    assert fakes.main(["report", "--bench", str(run), "--out", str(tmp_path / "r")]) == 0
+    assert main(["report", "--bench", str(run), "--out", str(tmp_path / "r")]) == 0
     text = next((tmp_path / "r").glob("*.md")).read_text()
     assert "Prefix cache hit rate" in text
     assert "c=4 62.5%" in text
@@ -155,7 +146,7 @@ def test_compare_sets_cache_aware_against_round_robin(capsys, tmp_path):
     labelled from each run.json, with the cache hit rate and TTFT side by side."""
     a = _with_cache_report(tmp_path, "rr", 12.5, prefill_policy="round_robin")
     b = _with_cache_report(tmp_path, "ca", 62.5, prefill_policy="cache_aware", ttft_scale=0.5)
-    assert fakes.main(["report", "--bench", str(a), "--compare", str(b), "--out", str(tmp_path / "r")]) == 0
+    assert main(["report", "--bench", str(a), "--compare", str(b), "--out", str(tmp_path / "r")]) == 0
     text = (tmp_path / "r" / report.COMPARE_REPORT).read_text()
     assert "router prefill round_robin, decode power_of_two, dp-aware)" in text
     assert "router prefill cache_aware, decode power_of_two, dp-aware)" in text

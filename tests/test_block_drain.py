@@ -17,6 +17,7 @@ import threading
 import urllib.error
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import boto3
@@ -29,6 +30,7 @@ from pdkit.model import placement
 from pdkit.model.placement import PLACED_ROLE_LABEL
 from pdkit.model.plan import ROLE_LABEL
 from pdkit.render.serving import drain, inputs, manifests, names
+from pdkit.render.serving.scale import roles_patch
 
 CLUSTER = "glm51-2p2d"
 GROUPS = {"glm51-2p2d-decode": 2, "glm51-2p2d-prefill": 2}
@@ -891,7 +893,16 @@ def test_cluster_security_group_admits_the_function_on_443_only(kit):
 
 
 # What the lifecycle function imports: the placement choice runs in it, so placement.py and topology.py ship too.
-SHIPPED = ("reservation.py", "topology.py", "placement.py", "functions/kube_api.py", "functions/block_lifecycle.py")
+SHIPPED = (
+    "model/reservation.py",
+    "model/topology.py",
+    "model/placement.py",
+    "render/serving/scale.py",
+    "functions/kube_api.py",
+    "functions/block_lifecycle.py",
+)
+# Every package above a shipped module (stacks/function_code.py adds their __init__.py to the bundle).
+PACKAGES = sorted({str(parent / "__init__.py") for module in SHIPPED for parent in Path(module).parents})
 
 
 def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
@@ -902,7 +913,7 @@ def test_lifecycle_bundle_imports_with_only_what_it_ships(tmp_path, kit):
     from pdkit.model import profile_files
 
     root = profile_files.ROOT / "pdkit"
-    for module in (*SHIPPED, "__init__.py", "functions/__init__.py"):
+    for module in (*SHIPPED, *PACKAGES):
         (tmp_path / "pdkit" / module).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / module, tmp_path / "pdkit" / module)
     code = (
@@ -918,7 +929,7 @@ def test_the_deployed_lifecycle_asset_holds_its_own_modules(kit):
     _, fn = _lifecycle(kit)
     asset = Path(kit.assembly.directory) / ("asset." + fn["Properties"]["Code"]["S3Key"].removesuffix(".zip"))
     files = {str(p.relative_to(asset)) for p in asset.rglob("*.py")}
-    assert {f"pdkit/{module}" for module in SHIPPED} <= files
+    assert {f"pdkit/{module}" for module in (*SHIPPED, *PACKAGES)} <= files
 
 
 # --- the DisaggregatedSet patch -------------------------------------------------------------------------
@@ -1034,7 +1045,7 @@ def test_the_runbook_drain_commands_are_the_lifecycles_patch(the_plan):
             ds,
             "--type=json",
             "-p",
-            json.dumps(kube_api.roles_patch(counts), separators=(",", ":")),
+            json.dumps(roles_patch(counts), separators=(",", ":")),
         ]
 
     assert plan.kubectl_scale_down() == [patched({"prefill": 0, "decode": 0})]

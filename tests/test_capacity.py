@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from aws_cdk.assertions import Match
@@ -217,8 +218,6 @@ def test_notifications_topic_is_encrypted(kit):
 def test_every_kit_function_ships_its_own_handler_and_nothing_heavy(kit):
     """Packaged without Docker; each asset holds its own handler module (CDK caches bundles by options, so a
     missing cache key once gave every function the first function's code), and nothing that needs pydantic or CDK."""
-    from pathlib import Path
-
     out = Path(kit.assembly.directory)
     seen = 0
     for name in kit.stacks:
@@ -241,10 +240,10 @@ def test_fewer_efa_devices_by_profile(raw_with, devices):
     assert len([n for n in nics if n["InterfaceType"] == "efa-only"]) == devices
 
 
-def test_custom_node_image_switches_the_launch_templates(raw_with):
-    """`ami.source: custom` reads the promoted AMI id from SSM at deploy and carries the full nodeadm bootstrap."""
-    kit = synth(raw_with("ami.source", "custom"))
-    t = kit.template_json("capacity")
+def test_custom_node_image_switches_the_launch_templates(custom_kit):
+    """`ami.source: custom` reads the promoted AMI id from SSM at deploy (the promoted parameter, never the build's
+    candidate: only promotion moves nodes) and carries the full nodeadm bootstrap (tests/test_ami_node_image.py)."""
+    t = custom_kit.template_json("capacity")
     templates = [r["Properties"]["LaunchTemplateData"] for r in t["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(templates) == 2, "one per role, so each kubelet registers with its role's taint"
     parameters = t["Parameters"]
@@ -254,13 +253,13 @@ def test_custom_node_image_switches_the_launch_templates(raw_with):
         assert parameters[param]["Default"] == "/pdkit/glm51-2p2d/ami/gpu"
         assert "apiServerEndpoint" in json.dumps(data["UserData"])
         assert "pdkit/role" in json.dumps(data["UserData"])
-    for group in _node_groups(kit):
+    for group in _node_groups(custom_kit):
         assert "AmiType" not in group, "EKS refuses an AMI type next to a launch template image id"
         assert group["NodegroupName"].endswith("-custom")
 
 
-def test_custom_node_image_profile_is_policy_clean(raw_with):
-    assert policy_findings(synth(raw_with("ami.source", "custom")).app) == []
+def test_custom_node_image_profile_is_policy_clean(custom_kit):
+    assert policy_findings(custom_kit.app) == []
 
 
 def test_eks_optimized_image_keeps_one_shared_template_and_the_nvidia_ami_type(kit):

@@ -8,10 +8,9 @@ import json
 from pdkit.cli.main import main
 from tests.fixtures.cmd_support import CR
 from tests.test_cmd_capacity import purchase_profile, stub_capacity_stack
-from tests.test_cmd_preflight import pins, rows, stub_checks
+from tests.test_cmd_preflight import rows, stub_checks
 
-pytest_plugins = ["tests.fixtures.cmd_fixtures"]
-__all__ = ["pins"]  # the add-on pins fixture preflight reads
+pytest_plugins = ["tests.fixtures.cmd_fixtures"]  # aws, and pins: the add-on pins fixture preflight reads
 
 OUTPUTS = [{"OutputKey": "ReservationId", "OutputValue": CR}]
 
@@ -51,19 +50,10 @@ def test_preflight_names_the_missing_describe_stacks_permission(aws, pins, tmp_p
 
 def test_status_names_the_bought_block(aws, tmp_path, capsys):
     """`pdkit status` describes the bought reservation (its id from the stack output), not the profile's placeholder."""
-    from tests.fixtures.cmd_support import stub_reservation
+    from tests.test_cmd_status import stub_aws
 
     stub_capacity_stack(aws, outputs=OUTPUTS)
-    aws("eks").add_response(
-        "describe_cluster", {"cluster": {"name": "glm51-2p2d", "status": "ACTIVE", "version": "1.36"}}, {"name": "glm51-2p2d"}
-    )
-    stub_reservation(aws)
-    for role in ("prefill", "decode"):
-        aws("eks").add_response(
-            "describe_nodegroup",
-            {"nodegroup": {"nodegroupName": f"glm51-2p2d-{role}", "status": "ACTIVE", "scalingConfig": {"desiredSize": 0}}},
-            {"clusterName": "glm51-2p2d", "nodegroupName": f"glm51-2p2d-{role}"},
-        )
+    stub_aws(aws, desired=0)
     main(["status", "--profile", purchase_profile(tmp_path), "--output", "json"])
     items = [r["item"] for r in json.loads(capsys.readouterr().out)["rows"]]
     assert f"block {CR}" in items

@@ -9,38 +9,23 @@ by a person before CloudFormation is asked to create the resource that buys it.
 
 from __future__ import annotations
 
-import copy
-import json
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
 from pdkit import console
 from pdkit.cli.main import main
-from pdkit.model import profile_files
 from pdkit.model.profile import PLACEHOLDER_RESERVATION
-from tests.conftest import Kit, synth
-from tests.fixtures.cmd_support import profile
+from tests.conftest import PURCHASE, Kit
+from tests.fixtures import cmd_support
+from tests.fixtures.cmd_support import profile, stub_nodegroups
+from tests.test_deploy_check import stub_template
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 STACK = "glm51-2p2d-capacity"
-OFFERING = "cb-0123456789abcdef0"
-FEE = "98765.43"
+OFFERING, FEE = PURCHASE["offering_id"], PURCHASE["confirm_upfront_fee_usd"]
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
-PURCHASE = {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE}
-
-
-@pytest.fixture(scope="module")
-def bought() -> Kit:
-    raw = copy.deepcopy(yaml.safe_load(profile_files.resolve(None).read_text()))
-    raw["capacity"]["reservation_id"] = PLACEHOLDER_RESERVATION
-    raw["capacity"]["purchase"] = PURCHASE
-    return synth(raw)
 
 
 def not_deployed(aws: Any) -> None:
@@ -57,21 +42,7 @@ def not_deployed(aws: Any) -> None:
 def offering(aws: Any, fee: str = FEE) -> None:
     aws("ec2").add_response(
         "describe_capacity_block_offerings",
-        {
-            "CapacityBlockOfferings": [
-                {
-                    "CapacityBlockOfferingId": OFFERING,
-                    "InstanceType": "p5en.48xlarge",
-                    "AvailabilityZone": "eu-south-2a",
-                    "InstanceCount": 4,
-                    "StartDate": START,
-                    "EndDate": START + timedelta(hours=48),
-                    "CapacityBlockDurationHours": 48,
-                    "UpfrontFee": fee,
-                    "CurrencyCode": "USD",
-                }
-            ]
-        },
+        {"CapacityBlockOfferings": [cmd_support.offering(OFFERING, fee=fee, start=START)]},
         {"InstanceType": "p5en.48xlarge", "InstanceCount": 4, "CapacityDurationHours": 48},
     )
 
@@ -127,29 +98,16 @@ def test_yes_skips_the_prompt_but_not_the_fee_check(aws, bought, tmp_path, capsy
 def test_a_stack_that_already_bought_is_not_asked_again(aws, bought, tmp_path, capsys):
     """Update never buys (pdkit/functions/capacity_purchase.py), so a deployed purchase resource needs no fee."""
     template = bought.template_json("capacity")
-    for _ in range(2):
-        aws("cloudformation").add_response(
-            "get_template", {"TemplateBody": json.dumps(template)}, {"StackName": STACK, "TemplateStage": "Original"}
-        )
+    for _ in range(2):  # the roll check, then the purchase check
+        stub_template(aws, template)
     assert run(aws, bought, tmp_path) == 0
     assert "this deploy buys nothing" in capsys.readouterr().out
-
-
-def test_make_deploy_passes_yes_through():
-    """YES=1 reaches deploy-check, the step that runs before `cdk deploy`."""
-    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
-    recipe = re.search(r"^deploy:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
-    assert recipe
-    check = next(line for line in recipe[1].splitlines() if "pdkit deploy-check" in line)
-    assert "$(if $(YES),--yes)" in check
 
 
 def _switch_to_literal(aws: Any, bought: Kit, output: str) -> None:
     """The deployed stack bought its block (GetTemplate: the purchase template; DescribeStacks: its ReservationId output),
     and the new profile names a literal id (the default kit's launch template holds capacity.reservation_id)."""
-    aws("cloudformation").add_response(
-        "get_template", {"TemplateBody": json.dumps(bought.template_json("capacity"))}, {"StackName": STACK, "TemplateStage": "Original"}
-    )
+    stub_template(aws, bought.template_json("capacity"))
     aws("cloudformation").add_response(
         "describe_stacks",
         {
@@ -164,12 +122,7 @@ def _switch_to_literal(aws: Any, bought: Kit, output: str) -> None:
         },
         {"StackName": STACK},
     )
-    for role in ("decode", "prefill"):
-        aws("eks").add_response(
-            "describe_nodegroup",
-            {"nodegroup": {"nodegroupName": f"glm51-2p2d-{role}", "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 2}}},
-            {"clusterName": "glm51-2p2d", "nodegroupName": f"glm51-2p2d-{role}"},
-        )
+    stub_nodegroups(aws, 2, ("glm51-2p2d-decode", "glm51-2p2d-prefill"))
 
 
 def test_switching_a_bought_block_to_its_literal_id_names_the_safe_path(aws, bought, kit, capsys):

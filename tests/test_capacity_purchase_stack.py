@@ -6,45 +6,24 @@ Without capacity.purchase the templates do not change: tests/test_snapshots.py p
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from pdkit.errors import ProfileError
 from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
 from pdkit.model.profile import PLACEHOLDER_RESERVATION
-from tests.conftest import Kit, policy_findings, synth
+from tests.conftest import PURCHASE, policy_findings
 from tests.test_control_tower import Finding, _allowed, _paths, allowlist, guard, run_guard
 
 __all__ = ["guard"]  # the session fixture with the cfn-guard binary and Control Tower rules
 
-OFFERING = "cb-0123456789abcdef0"
-FEE = "98765.43"
-
-
-def purchase_raw(raw_with: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-    return raw_with(
-        "capacity.reservation_id",
-        PLACEHOLDER_RESERVATION,
-        "capacity.purchase",
-        {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE},
-    )
-
-
-@pytest.fixture(scope="module")
-def bought() -> Kit:
-    raw = copy.deepcopy(yaml.safe_load(profile_files.resolve(None).read_text()))
-    raw["capacity"]["reservation_id"] = PLACEHOLDER_RESERVATION
-    raw["capacity"]["purchase"] = {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE}
-    return synth(raw)
+OFFERING, FEE = PURCHASE["offering_id"], PURCHASE["confirm_upfront_fee_usd"]
 
 
 def _of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -67,7 +46,7 @@ def test_the_capacity_stack_contains_the_purchase_resource(bought):
         bought.plan.instance.name,
         str(bought.plan.instance_count),
         bought.plan.block_az,
-        str(bought.plan.profile.capacity.duration_hours),
+        str(bought.plan.block_duration_hours),
     )
 
 
@@ -159,17 +138,15 @@ def test_control_tower_rules_pass_with_a_purchase(bought, guard):
 
 def test_purchase_and_a_real_reservation_id_are_refused(raw_with):
     """Both set would buy a second block next to the one the profile names."""
-    raw = raw_with(
-        "capacity.reservation_id", "cr-0123456789abcdef0", "capacity.purchase", {"offering_id": OFFERING, "confirm_upfront_fee_usd": FEE}
-    )
+    raw = raw_with("capacity.reservation_id", "cr-0123456789abcdef0", "capacity.purchase", PURCHASE)
     with pytest.raises(ProfileError, match=r"capacity\.purchase = 'cb-0123456789abcdef0': set together with capacity\.reservation_id"):
         plan_mod.build(profile_files.parse(raw))
 
 
-def test_the_plan_carries_the_purchase(raw_with):
-    the_plan = plan_mod.build(profile_files.parse(purchase_raw(raw_with)))
+def test_the_plan_carries_the_purchase(bought):
+    the_plan = bought.plan
     assert the_plan.purchase is not None
-    assert the_plan.purchase.instance_hours == the_plan.instance_count * the_plan.profile.capacity.duration_hours
+    assert the_plan.purchase.instance_hours == the_plan.instance_count * the_plan.block_duration_hours
     assert str(the_plan.purchase.upfront_fee_usd) == FEE
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, UnStubbedResponseError
 
 from pdkit.cli.main import main
-from pdkit.ops import aws_errors
+from pdkit.ops import aws_clients, aws_errors
 from tests.fixtures.cmd_support import CR, REGION, real_profile
+from tests.fixtures.ec2_standin import HANG, running
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -72,11 +74,6 @@ def test_read_command_against_an_endpoint_that_never_answers_gives_up_with_one_l
     number of attempts, and ends in one line naming the override, well before the stand-in drops the
     connection. botocore's defaults (60 s read timeout, 3 attempts) would wait minutes
     (https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html)."""
-    import time
-
-    from pdkit.ops import aws_clients
-    from tests.fixtures.ec2_standin import HANG, running
-
     monkeypatch.setattr(aws_clients, "READS", aws_clients.Patience(connect=1, read=0.3, attempts=2))
     monkeypatch.setattr(aws_clients, "WAIT_NOTICE_AFTER", 0.1)
     with running({"DescribeCapacityReservations": lambda _p: HANG}, hang_for=4) as ec2:
@@ -98,8 +95,6 @@ def test_read_command_against_an_endpoint_that_never_answers_gives_up_with_one_l
 
 def test_read_clients_give_up_within_a_minute(offline_aws):
     """The real client factory's timeouts and attempts bound a call on a silent endpoint to 60 s."""
-    from pdkit.ops import aws_clients
-
     config = aws_clients.make_client("ec2", aws_profile=None, region=REGION).meta.config
     assert config.retries["total_max_attempts"] * (config.connect_timeout + config.read_timeout) <= 60
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from pdkit import console
+from pdkit.cli import fee_prompt
 from pdkit.cli.main import main
-from tests.fixtures.cmd_support import CB, CR, NOW, instance, instances_page, profile, real_profile, stub_reservation
+from pdkit.errors import KitError
+from pdkit.ops import aws_clients, purchase
+from tests.fixtures.cmd_support import CB, CR, NOW, instance, instances_page, offering, profile, real_profile, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -23,25 +28,7 @@ TAGS = [{"ResourceType": "capacity-reservation", "Tags": [{"Key": "pdkit:purchas
 @pytest.fixture(autouse=True)
 def fixed_purchase_id(monkeypatch):
     """One known purchase id, so the Stubber checks that the dry run and the purchase carry the same tag."""
-    from pdkit.ops import purchase
-
     monkeypatch.setattr(purchase, "new_purchase_id", lambda: PURCHASE_ID)
-
-
-def offering(offering_id: str, *, az: str = "eu-south-2a", start_in_h: int = 24, fee: str = FEE) -> dict[str, Any]:
-    start = NOW + timedelta(hours=start_in_h)
-    return {
-        "CapacityBlockOfferingId": offering_id,
-        "InstanceType": "p5en.48xlarge",
-        "AvailabilityZone": az,
-        "InstanceCount": 4,
-        "StartDate": start,
-        "EndDate": start + timedelta(hours=48),
-        "CapacityBlockDurationHours": 48,
-        "UpfrontFee": fee,
-        "CurrencyCode": "USD",
-        "Tenancy": "default",
-    }
 
 
 def stub_offerings(aws, *offerings: dict[str, Any], query: dict[str, Any] | None = None) -> None:
@@ -145,35 +132,32 @@ def test_buy_with_yes_dry_runs_first_then_buys_and_says_where_the_id_goes(aws, c
 
 
 def test_buy_without_terminal_and_without_yes_buys_nothing(aws, capsys):
-    """No TTY, no --yes: abort non-zero after the dry run; no DryRun=False call is stubbed, so one would fail the test."""
+    """No TTY, no --yes: abort non-zero after the dry run; no DryRun=False call is stubbed, so one would fail the test.
+    The offering matches the profile, so no "Note:" is printed (test_buy_notes_a_block_that_does_not_fit_the_profile: the notes)."""
     stub_offerings(aws, offering("cbr-1"))
     stub_dry_run(aws, "cbr-1")
     assert main(["capacity", "buy", "cbr-1"]) == 2
     captured = capsys.readouterr()
     assert "no terminal to confirm a non-cancellable purchase of USD 98,765.43; nothing was bought" in captured.err
     assert "USD 98,765.43" in captured.out
+    assert "Note:" not in captured.out
 
 
-def test_buy_needs_the_typed_fee(aws, monkeypatch, capsys):
+@pytest.mark.parametrize("typed", ["yes", "98765.43", "98,765.43", "USD 98,765.43", " 98765.430 "])
+def test_buy_needs_the_typed_fee(aws, monkeypatch, capsys, typed):
+    """At a terminal the fee must be typed (in any spelling of the amount); "yes" buys nothing (no purchase is stubbed)."""
+    bought = typed != "yes"
     stub_offerings(aws, offering("cbr-1"))
     stub_dry_run(aws, "cbr-1")
+    if bought:
+        stub_purchase(aws, "cbr-1")
     prompts: list[str] = []
     monkeypatch.setattr(console, "interactive", lambda: True)
-    monkeypatch.setattr(console, "ask", lambda prompt: prompts.append(prompt) or "yes")
-    assert main(["capacity", "buy", "cbr-1"]) == 2
-    assert "nothing was bought" in capsys.readouterr().err
+    monkeypatch.setattr(console, "ask", lambda prompt: prompts.append(prompt) or typed)
+    assert main(["capacity", "buy", "cbr-1"]) == (0 if bought else 2)
+    captured = capsys.readouterr()
     assert "Type the fee (98,765.43)" in prompts[0]
-
-
-@pytest.mark.parametrize("typed", ["98765.43", "98,765.43", "USD 98,765.43", " 98765.430 "])
-def test_buy_proceeds_when_the_fee_is_typed(aws, monkeypatch, capsys, typed):
-    stub_offerings(aws, offering("cbr-1"))
-    stub_dry_run(aws, "cbr-1")
-    stub_purchase(aws, "cbr-1")
-    monkeypatch.setattr(console, "interactive", lambda: True)
-    monkeypatch.setattr(console, "ask", lambda _prompt: typed)
-    assert main(["capacity", "buy", "cbr-1"]) == 0
-    assert f"Bought {CR}" in capsys.readouterr().out
+    assert f"Bought {CR}" in captured.out if bought else "nothing was bought" in captured.err
 
 
 def test_buy_stops_when_the_dry_run_is_refused(aws, capsys):
@@ -220,13 +204,6 @@ def test_buy_notes_a_block_that_does_not_fit_the_profile(aws, capsys):
     out = capsys.readouterr().out
     assert "Note: the profile's roles need 4 instances" in out
     assert "Note: the profile's AZ is eu-south-2a; after buying, set aws.availability_zone: eu-south-2c" in out
-
-
-def test_buy_of_a_matching_offering_has_no_notes(aws, capsys):
-    stub_offerings(aws, offering("cbr-1"))
-    stub_dry_run(aws, "cbr-1")
-    assert main(["capacity", "buy", "cbr-1"]) == 2
-    assert "Note:" not in capsys.readouterr().out
 
 
 # --- status ------------------------------------------------------------------------------------
@@ -312,7 +289,8 @@ def test_extend_lists_extension_offerings(aws, tmp_path, capsys):
     assert "Next: pdkit capacity extend cbeo-1 --hours 24" in out
 
 
-def test_extend_buys_only_after_a_dry_run(aws, tmp_path, capsys):
+def stub_extension_purchase(aws) -> None:
+    """The extension cbeo-1 listed, then bought only after a dry run (the Stubber checks DryRun True, then False)."""
     stub_extensions(aws, extension("cbeo-1"))
     params = {"CapacityBlockExtensionOfferingId": "cbeo-1", "CapacityReservationId": CR}
     aws("ec2").add_client_error(
@@ -323,6 +301,10 @@ def test_extend_buys_only_after_a_dry_run(aws, tmp_path, capsys):
         {"CapacityBlockExtensions": [{"CapacityReservationId": CR, "CapacityBlockExtensionStatus": "payment-pending"}]},
         params | {"DryRun": False},
     )
+
+
+def test_extend_buys_only_after_a_dry_run(aws, tmp_path, capsys):
+    stub_extension_purchase(aws)
     assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
     assert "Extension bought (status payment-pending)" in capsys.readouterr().out
 
@@ -350,13 +332,6 @@ def test_extend_on_the_placeholder_points_to_offerings(aws, tmp_path, capsys):
 
 def test_guard_never_buys_when_the_dry_run_fails_or_is_not_confirmed(monkeypatch):
     """Unit view of the purchase order: a failed dry run, a missing terminal or a wrong answer each stop `buy`."""
-    from decimal import Decimal
-
-    from botocore.exceptions import ClientError
-
-    from pdkit.cli import fee_prompt
-    from pdkit.errors import KitError
-
     bought: list[str] = []
 
     def refused() -> None:
@@ -406,28 +381,23 @@ def test_block_lengths_are_checked_before_calling_aws(aws, tmp_path, capsys, arg
     assert aws.requested == []
 
 
-def test_a_paid_extension_moves_the_end_at_once(aws, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("status", "said", "unsaid"),
+    [
+        # Paid: the end moves at once.
+        ("payment-succeeded", ["Extension bought and paid"], "once payment succeeds"),
+        # Pending: the old end still holds, and the operator is told where to watch the payment.
+        ("payment-pending", ["once payment succeeds", "describe-capacity-block-extension-history"], "and paid"),
+    ],
+)
+def test_an_extension_says_when_the_end_moves(aws, tmp_path, capsys, status, said, unsaid):
     stub_extensions(aws, extension("cbeo-1"))
     aws("ec2").add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", 412)
-    aws("ec2").add_response(
-        "purchase_capacity_block_extension", {"CapacityBlockExtensions": [{"CapacityBlockExtensionStatus": "payment-succeeded"}]}
-    )
+    aws("ec2").add_response("purchase_capacity_block_extension", {"CapacityBlockExtensions": [{"CapacityBlockExtensionStatus": status}]})
     assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "Extension bought and paid" in out
-    assert "once payment succeeds" not in out
-
-
-def test_a_pending_extension_says_the_old_end_still_holds(aws, tmp_path, capsys):
-    stub_extensions(aws, extension("cbeo-1"))
-    aws("ec2").add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", 412)
-    aws("ec2").add_response(
-        "purchase_capacity_block_extension", {"CapacityBlockExtensions": [{"CapacityBlockExtensionStatus": "payment-pending"}]}
-    )
-    assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "once payment succeeds" in out
-    assert "describe-capacity-block-extension-history" in out
+    assert all(words in out for words in said)
+    assert unsaid not in out
 
 
 def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys):
@@ -467,8 +437,6 @@ def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys
     assert "may be an earlier block" in captured.err
     assert "do not buy again until you have checked it" in captured.err
     # The purchase went through the one-attempt client, the lookup through the ordinary one.
-    from pdkit.ops import aws_clients
-
     assert ("ec2", {"patience": aws_clients.PURCHASE}) in aws.options
 
 

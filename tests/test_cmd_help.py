@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pdkit.cli.commands import MODULES
+from pdkit.cli.main import main
 
 HEAVY = ("boto3", "botocore", "kubernetes", "rich", "aws_cdk")
 
@@ -45,8 +46,6 @@ def test_operator_commands_are_registered_after_plan_in_workflow_order():
 
 def test_every_command_takes_the_deployment_and_credential_profiles(capsys):
     """--profile is the deployment profile, --aws-profile the credentials, --region overrides the profile's region."""
-    from pdkit.cli.main import main
-
     for argv in (["capacity", "offerings"], ["capacity", "status"], ["preflight"], ["topology"], ["nodes", "down"], ["status"], ["smoke"]):
         with pytest.raises(SystemExit):
             main([*argv, "--help"])

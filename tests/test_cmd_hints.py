@@ -12,16 +12,29 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from datetime import timedelta
 
 import pytest
 
+from pdkit.cli.context import in_context, make_command, pdkit_command
 from pdkit.cli.main import build_parser, main
-from pdkit.ops import kube
+from pdkit.ops import kube, purchase
 from tests import test_cmd_capacity as capacity_tests
 from tests import test_cmd_nodes as nodes_tests
+from tests import test_cmd_preflight as preflight_tests
 from tests import test_cmd_status as status_tests
 from tests import test_weights_cmd as weights_tests
-from tests.fixtures.cmd_support import FakeApps, FakeCore, FakeCustom, instances_page, lws, real_profile, router_deployment
+from tests.fixtures.cmd_support import (
+    GROUPS,
+    NOW,
+    instances_page,
+    profile,
+    real_profile,
+    stub_nodegroups,
+    stub_reservation,
+)
+from tests.fixtures.fabric.fakes import GOOD_LOGS, FakeCluster, bench_pod_log
+from tests.test_cmd_topology import FILTERS
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -55,16 +68,12 @@ def printed_command(text: str, after: str, where: list[str]) -> list[str]:
 
 
 def test_pdkit_command_repeats_only_what_was_given():
-    from pdkit.cli.context import pdkit_command
-
     args = argparse.Namespace(profile="config/my deployment.yaml", aws_profile=None, region="us-east-1")
     assert pdkit_command(args, "status") == "pdkit status --profile 'config/my deployment.yaml' --region us-east-1"
     assert pdkit_command(argparse.Namespace(), "smoke") == "pdkit smoke"
 
 
 def test_in_context_rewrites_every_backticked_command():
-    from pdkit.cli.context import in_context
-
     args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region=None)
     assert in_context(args, "run `pdkit nodes up`; before launch, `pdkit preflight`") == (
         "run `pdkit nodes up --profile p.yaml --aws-profile ops`; before launch, `pdkit preflight --profile p.yaml --aws-profile ops`"
@@ -73,8 +82,6 @@ def test_in_context_rewrites_every_backticked_command():
 
 def test_in_context_does_not_repeat_flags_already_rendered():
     """Error messages may carry commands already rendered with the context; the CLI renders them once more."""
-    from pdkit.cli.context import in_context, pdkit_command
-
     args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region="us-west-2")
     once = in_context(args, "Fix: `pdkit capacity offerings`")
     assert in_context(args, once) == once
@@ -84,8 +91,6 @@ def test_in_context_does_not_repeat_flags_already_rendered():
 def test_a_fix_in_an_error_repeats_the_context(aws, tmp_path, capsys):
     """A Fix: raised deep in a module (here: the profile still holds the placeholder reservation, so
     `pdkit capacity status` refuses) names `pdkit capacity offerings` with this invocation's flags."""
-    from tests.fixtures.cmd_support import profile
-
     where = ["--profile", profile(tmp_path), "--aws-profile", AWS_PROFILE, "--region", REGION]
     assert main(["capacity", "status", *where]) == 2
     err = capsys.readouterr().err
@@ -96,8 +101,6 @@ def test_a_fix_in_an_error_repeats_the_context(aws, tmp_path, capsys):
 
 def test_make_command_carries_profile_and_credentials():
     """The Makefile takes PROFILE= and passes AWS_PROFILE through the environment to cdk."""
-    from pdkit.cli.context import make_command
-
     args = argparse.Namespace(profile="p.yaml", aws_profile="ops", region="us-west-2")
     assert make_command(args, "deploy") == "AWS_PROFILE=ops make deploy PROFILE=p.yaml"
 
@@ -120,8 +123,6 @@ def test_capacity_offerings(aws, where, capsys):
 
 
 def test_capacity_status(aws, where, capsys):
-    from tests.fixtures.cmd_support import stub_reservation
-
     stub_reservation(aws, CapacityBlockId=None)
     aws("ec2").add_response("describe_instances", instances_page())
     assert main(["capacity", "status", *where]) == 0
@@ -129,10 +130,6 @@ def test_capacity_status(aws, where, capsys):
 
 
 def test_capacity_status_of_a_scheduled_block(aws, where, capsys):
-    from datetime import timedelta
-
-    from tests.fixtures.cmd_support import NOW, stub_reservation
-
     stub_reservation(aws, State="scheduled", StartDate=NOW + timedelta(hours=5), CapacityBlockId=None)
     aws("ec2").add_response("describe_instances", instances_page())
     assert main(["capacity", "status", *where]) == 0
@@ -146,14 +143,9 @@ def test_capacity_extend_list(aws, where, capsys):
 
 
 def test_nodes_up(aws, where, capsys):
-    from tests.fixtures.cmd_support import stub_reservation
-
     stub_reservation(aws)
-    for group in nodes_tests.GROUPS:
-        aws("eks").add_response(
-            "describe_nodegroup", nodes_tests.nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group}
-        )
-    for group in nodes_tests.GROUPS:
+    stub_nodegroups(aws, 2)
+    for group in GROUPS:
         nodes_tests.stub_instances(aws, group, "running", "running")
     assert main(["nodes", "up", "--no-serving", *where]) == 0
     out = capsys.readouterr().out
@@ -161,43 +153,28 @@ def test_nodes_up(aws, where, capsys):
 
 
 def test_nodes_up_without_waiting(aws, where, capsys):
-    from tests.fixtures.cmd_support import stub_reservation
-
     stub_reservation(aws)
-    for group in nodes_tests.GROUPS:
-        aws("eks").add_response(
-            "describe_nodegroup", nodes_tests.nodegroup(group, 2), {"clusterName": "glm51-2p2d", "nodegroupName": group}
-        )
+    stub_nodegroups(aws, 2)
     assert main(["nodes", "up", "--no-serving", "--no-wait", *where]) == 0
     assert printed_command(capsys.readouterr().out, "Watch:", where)[1:2] == ["status"]
 
 
 def test_nodes_down(aws, where, capsys):
-    for group in nodes_tests.GROUPS:
-        aws("eks").add_response(
-            "describe_nodegroup", nodes_tests.nodegroup(group, 0), {"clusterName": "glm51-2p2d", "nodegroupName": group}
-        )
-    for group in nodes_tests.GROUPS:
+    stub_nodegroups(aws, 0)
+    for group in GROUPS:
         nodes_tests.stub_instances(aws, group)
     assert main(["nodes", "down", "--no-serving", *where]) == 0
     assert printed_command(capsys.readouterr().out, "; `", where)[1:3] == ["nodes", "up"]
 
 
-def test_status(aws, where, monkeypatch, capsys):
+def test_status(aws, where, cluster, capsys):
     status_tests.stub_aws(aws)
-    core, custom, apps = (
-        FakeCore(status_tests.HEALTHY_NODES),
-        FakeCustom([lws("glm51-prefill", "prefill"), lws("glm51-decode", "decode")]),
-        FakeApps([router_deployment(2)]),
-    )
-    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=apps, custom=custom))
+    cluster()
     assert main(["status", *where]) == 0
     assert printed_command(capsys.readouterr().out, "Next:", where)[1:2] == ["smoke"]
 
 
 def test_topology_without_nodes(aws, where, capsys):
-    from tests.test_cmd_topology import FILTERS
-
     aws("ec2").add_response("describe_instances", instances_page(), {"Filters": FILTERS})
     assert main(["topology", *where]) == 2
     assert printed_command(capsys.readouterr().err, "active, `", where)[1:3] == ["nodes", "up"]
@@ -210,21 +187,13 @@ def test_render(where, tmp_path, capsys):
 
 
 def test_bench(where, monkeypatch, tmp_path, capsys):
-    from pdkit.ops import jobs as cluster_mod
-    from tests.fixtures.fabric.fakes import FakeCluster
-    from tests.test_bench_run import _pod_log
-
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs={"bench": {0: _pod_log()}}))
+    monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(logs={"bench": {0: bench_pod_log()}}))
     assert main(["bench", "--out", str(tmp_path / "b"), "--concurrency", "1,4", "--registry", REGISTRY, *where]) == 0
     assert printed_command(capsys.readouterr().out, "Next:", where)[1:3] == ["report", "--bench"]
 
 
 def test_validate(where, monkeypatch, tmp_path, capsys):
-    from pdkit.ops import jobs as cluster_mod
-    from tests.fixtures.fabric.fakes import FakeCluster
-    from tests.test_fabric_validate import GOOD_LOGS
-
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs=GOOD_LOGS))
+    monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(logs=GOOD_LOGS))
     assert main(["validate", "--out", str(tmp_path / "v.json"), "--registry", REGISTRY, *where]) == 0
     out = capsys.readouterr().out
     assert printed_command(out, "then `", where)[1:2] == ["bench"]
@@ -237,12 +206,8 @@ def test_weights_import_and_wait(aws, where, monkeypatch, capsys):
         weights_tests.Core(pods=[weights_tests.pod()], logs=["import complete"]),
         weights_tests.Batch(after=[weights_tests.job_status(complete=True)]),
     )
-    monkeypatch.setattr(
-        weights_tests.weights_job,
-        "connect",
-        lambda context: weights_tests.weights_job.ImportCluster(kube.Kube(core=core, apps=None, custom=None), batch),
-    )
-    monkeypatch.setattr(weights_tests.weights_job, "POLL_SECONDS", 0)
+    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, batch=batch))
+    monkeypatch.setattr(weights_tests.weights, "POLL_SECONDS", 0)
     assert main(["weights", "import", "--wait", "--bucket", weights_tests.BUCKET, *where]) == 0
     assert printed_command(capsys.readouterr().out, "Next:", where)[1:3] == ["weights", "verify"]
 
@@ -250,11 +215,7 @@ def test_weights_import_and_wait(aws, where, monkeypatch, capsys):
 def test_weights_import_without_waiting(aws, where, monkeypatch, capsys):
     weights_tests.stub_account(aws)
     core, batch = weights_tests.Core(), weights_tests.Batch()
-    monkeypatch.setattr(
-        weights_tests.weights_job,
-        "connect",
-        lambda context: weights_tests.weights_job.ImportCluster(kube.Kube(core=core, apps=None, custom=None), batch),
-    )
+    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, batch=batch))
     assert main(["weights", "import", "--bucket", weights_tests.BUCKET, *where]) == 0
     assert printed_command(capsys.readouterr().out, "Follow it:", where)[1:4] == ["weights", "import", "--wait"]
 
@@ -272,8 +233,6 @@ def test_weights_verify_fix(aws, where, capsys):
 
 
 def test_capacity_buy(aws, where, monkeypatch, capsys):
-    from pdkit.ops import purchase
-
     monkeypatch.setattr(purchase, "new_purchase_id", lambda: capacity_tests.PURCHASE_ID)
     capacity_tests.stub_offerings(aws, capacity_tests.offering("cbr-1"))
     capacity_tests.stub_dry_run(aws, "cbr-1")
@@ -284,12 +243,7 @@ def test_capacity_buy(aws, where, monkeypatch, capsys):
     assert printed_command(out, "then `", where)[1:2] == ["preflight"]
 
 
-def test_preflight(aws, where, monkeypatch, tmp_path, capsys):
-    from tests import test_cmd_preflight as preflight_tests
-
-    pins = tmp_path / "addons.yaml"
-    pins.write_text("managed:\n" + "".join(f"  {k}: {v}\n" for k, v in preflight_tests.PINS.items()) + "charts: {}\n")
-    monkeypatch.setattr(preflight_tests.preflight, "ADDON_PINS", pins)
+def test_preflight(aws, where, pins, capsys):
     preflight_tests.stub_checks(aws, cluster={"name": "glm51-2p2d", "status": "ACTIVE", "version": "1.36"})
     assert main(["preflight", *where]) == 0
     out = capsys.readouterr().out
@@ -301,47 +255,29 @@ def test_weights_import_failure_fix(aws, where, monkeypatch, capsys):
     weights_tests.stub_account(aws)
     failed = weights_tests.job_status(failure=("PodFailurePolicy", "Container import exited with 3"), failed=1)
     core, batch = weights_tests.Core(pods=[weights_tests.pod()], logs=["error: gated"]), weights_tests.Batch(after=[failed])
-    monkeypatch.setattr(
-        weights_tests.weights_job,
-        "connect",
-        lambda context: weights_tests.weights_job.ImportCluster(kube.Kube(core=core, apps=None, custom=None), batch),
-    )
-    monkeypatch.setattr(weights_tests.weights_job, "POLL_SECONDS", 0)
+    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, batch=batch))
+    monkeypatch.setattr(weights_tests.weights, "POLL_SECONDS", 0)
     assert main(["weights", "import", "--wait", "--bucket", weights_tests.BUCKET, *where]) == 1
     assert printed_command(capsys.readouterr().out, "then run `", where)[1:3] == ["weights", "import"]
 
 
-def test_status_not_ready_yet(aws, where, monkeypatch, capsys):
+def test_status_not_ready_yet(aws, where, cluster, capsys):
     status_tests.stub_aws(aws, desired=0)
-    core, custom, apps = FakeCore([]), FakeCustom([]), FakeApps([])
-    monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=apps, custom=custom))
+    cluster(nodes=[], sets=[], routers=[])
     assert main(["status", *where]) == 1
     assert printed_command(capsys.readouterr().out, "; run `", where)[1:2] == ["status"]
 
 
 def test_validate_failure(where, monkeypatch, tmp_path, capsys):
-    from pdkit.ops import jobs as cluster_mod
-    from tests.fixtures.fabric.fakes import FakeCluster, fixture
-    from tests.test_fabric_validate import GOOD_LOGS
+    from tests.fixtures.fabric.fakes import fixture
 
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs=logs))
+    monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(logs=logs))
     assert main(["validate", "--out", str(tmp_path / "v.json"), "--registry", REGISTRY, *where]) == 1
     assert printed_command(capsys.readouterr().out, "then run `", where)[1:2] == ["validate"]
 
 
 def test_capacity_extend_purchase(aws, where, capsys):
-    from tests.fixtures.cmd_support import CR
-
-    capacity_tests.stub_extensions(aws, capacity_tests.extension("cbeo-1"))
-    params = {"CapacityBlockExtensionOfferingId": "cbeo-1", "CapacityReservationId": CR}
-    aws("ec2").add_client_error(
-        "purchase_capacity_block_extension", "DryRunOperation", "ok", 412, expected_params=params | {"DryRun": True}
-    )
-    aws("ec2").add_response(
-        "purchase_capacity_block_extension",
-        {"CapacityBlockExtensions": [{"CapacityReservationId": CR, "CapacityBlockExtensionStatus": "payment-pending"}]},
-        params | {"DryRun": False},
-    )
+    capacity_tests.stub_extension_purchase(aws)
     assert main(["capacity", "extend", "cbeo-1", "--yes", *where]) == 0
     assert printed_command(capsys.readouterr().out, "Check:", where)[1:3] == ["capacity", "status"]

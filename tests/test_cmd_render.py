@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pdkit.cli.main import main
-from pdkit.render.serving import weights_job
+from pdkit.ops import kube
 from tests.fixtures.cmd_support import profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -71,7 +71,7 @@ def test_job_renders_refuse_without_a_registry(command, capsys):
 
 
 def test_weights_import_render_refuses_without_registry_and_bucket(aws, monkeypatch, capsys):
-    monkeypatch.setattr(weights_job, "connect", lambda context: pytest.fail("--render must not touch the cluster"))
+    monkeypatch.setattr(kube, "connect", lambda context: pytest.fail("--render must not touch the cluster"))
     assert main(["weights", "import", "--render"]) == 2
     one_line_naming(capsys, "--registry")
     assert main(["weights", "import", "--render", "--registry", REGISTRY]) == 2

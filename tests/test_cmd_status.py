@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from botocore.stub import ANY
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
 from pdkit.cli.context import load_plan
 from pdkit.cli.main import main
-from pdkit.ops import kube, status_metrics
-from tests.fixtures.cmd_support import NOW, FakeApps, FakeCore, FakeCustom, k8s_node, lws, real_profile, router_deployment, stub_reservation
+from pdkit.ops import status_metrics
+from tests.fixtures.cmd_support import (
+    HEALTHY_NODES,
+    NOW,
+    k8s_node,
+    lws,
+    real_profile,
+    router_deployment,
+    stub_nodegroups,
+    stub_reservation,
+)
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
-
-GROUPS = ("glm51-2p2d-prefill", "glm51-2p2d-decode")
-HEALTHY_NODES = [
-    k8s_node("ip-10-0-0-1", "prefill", instance_id="i-0p1"),
-    k8s_node("ip-10-0-0-2", "prefill", instance_id="i-0p2"),
-    k8s_node("ip-10-0-0-3", "decode", instance_id="i-0d1"),
-    k8s_node("ip-10-0-0-4", "decode", instance_id="i-0d2"),
-]
 
 
 def stub_aws(aws, *, desired: int = 2, real: bool = True, issues: list[dict[str, str]] | None = None) -> None:
@@ -31,34 +31,7 @@ def stub_aws(aws, *, desired: int = 2, real: bool = True, issues: list[dict[str,
     )
     if real:
         stub_reservation(aws)
-    for group in GROUPS:
-        aws("eks").add_response(
-            "describe_nodegroup",
-            {
-                "nodegroup": {
-                    "nodegroupName": group,
-                    "status": "ACTIVE",
-                    "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired},
-                    "health": {"issues": issues or []},
-                }
-            },
-            {"clusterName": "glm51-2p2d", "nodegroupName": group},
-        )
-
-
-@pytest.fixture
-def cluster(monkeypatch):
-    """Install Kubernetes fakes behind pdkit.ops.kube.connect; returns a setter."""
-    made: dict[str, object] = {}
-
-    def install(nodes=HEALTHY_NODES, sets=None, routers=None) -> dict[str, object]:
-        made["core"] = FakeCore(nodes)
-        made["custom"] = FakeCustom([lws("glm51-prefill", "prefill"), lws("glm51-decode", "decode")] if sets is None else sets)
-        made["apps"] = FakeApps([router_deployment(2)] if routers is None else routers)
-        monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=made["core"], apps=made["apps"], custom=made["custom"]))
-        return made
-
-    return install
+    stub_nodegroups(aws, desired, issues=issues)
 
 
 def test_everything_as_planned_exits_zero(aws, cluster, tmp_path, capsys):

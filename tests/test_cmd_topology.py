@@ -8,7 +8,8 @@ import pytest
 
 from pdkit.cli.main import main
 from pdkit.model.topology import GpuNode, network_nodes_between
-from tests.fixtures.cmd_support import instance, instances_page, real_profile
+from pdkit.ops import kube
+from tests.fixtures.cmd_support import FakeCore, instance, instances_page, k8s_node, real_profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -70,6 +71,9 @@ def test_groups_by_bottom_node_and_reports_network_nodes_between(aws, tmp_path, 
         "i-0p1": "prefill",
         "i-0p2": "prefill",
     }
+    # Ties keep the node groups' roles, so a block EC2 placed well is not relabelled.
+    assert data["placement"]["roles"]["decode"] == ["i-0d1", "i-0d2"]
+    assert data["placement"]["moved_from_node_group_role"] == []
 
 
 def test_text_output_says_decode_is_together(aws, tmp_path, capsys):
@@ -158,15 +162,6 @@ def test_assignment_gives_decode_the_pair_that_shares_a_bottom_node(aws, tmp_pat
     assert chosen["warnings"] == []
 
 
-def test_assignment_keeps_node_group_roles_when_decode_already_shares(aws, tmp_path, capsys):
-    """Ties keep the node groups' roles, so a block EC2 placed well is not relabelled."""
-    stub_nodes(aws, TOGETHER)
-    assert main(["topology", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
-    chosen = json.loads(capsys.readouterr().out)["placement"]
-    assert chosen["roles"]["decode"] == ["i-0d1", "i-0d2"]
-    assert chosen["moved_from_node_group_role"] == []
-
-
 def test_a_block_with_no_shared_bottom_node_still_assigns_every_node_and_warns(aws, tmp_path, capsys):
     """When DescribeInstanceTopology shows no two instances under one bottom node, decode gets the closest pair
     (3 network nodes apart: one layer up) and every instance keeps a role, so no pod waits for a node that cannot exist."""
@@ -178,28 +173,9 @@ def test_a_block_with_no_shared_bottom_node_still_assigns_every_node_and_warns(a
     assert "pdkit topology --assign" in out
 
 
-class LabellingCore:
-    """CoreV1Api stand-in: list_node and patch_node (a merge patch of the Node's labels)."""
-
-    def __init__(self, nodes):
-        self.nodes = nodes
-        self.patches: list[tuple[str, dict]] = []
-
-    def list_node(self, *, label_selector, _request_timeout):
-        from kubernetes.client import V1NodeList
-
-        return V1NodeList(items=self.nodes)
-
-    def patch_node(self, name, body, *, _request_timeout):
-        self.patches.append((name, body))
-
-
 def test_assign_labels_each_node_with_its_placed_role(aws, tmp_path, capsys, monkeypatch):
     """`--assign` merge-patches pdkit/placed-role onto each Node, found by its providerID (aws:///<az>/<instance id>)."""
-    from pdkit.ops import kube
-    from tests.fixtures.cmd_support import k8s_node
-
-    core = LabellingCore(
+    core = FakeCore(
         [
             k8s_node(f"ip-{i}", role, instance_id=i)
             for i, role in (("i-0d1", "decode"), ("i-0d2", "decode"), ("i-0p1", "prefill"), ("i-0p2", "prefill"))
@@ -217,10 +193,7 @@ def test_assign_labels_each_node_with_its_placed_role(aws, tmp_path, capsys, mon
 
 def test_assign_before_the_nodes_register_is_one_line(aws, tmp_path, capsys, monkeypatch):
     """A Node object exists only once the kubelet registers; labelling half the block would split the roles."""
-    from pdkit.ops import kube
-    from tests.fixtures.cmd_support import k8s_node
-
-    core = LabellingCore([k8s_node("ip-1", "decode", instance_id="i-0d1")])
+    core = FakeCore([k8s_node("ip-1", "decode", instance_id="i-0d1")])
     monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=None, custom=None))
     stub_nodes(aws, SPLIT)
     assert main(["topology", "--profile", real_profile(tmp_path), "--assign"]) == 2

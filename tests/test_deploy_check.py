@@ -16,27 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from pdkit.cli.main import main
-from pdkit.model import profile_files
 from pdkit.ops import deploy_check
 from tests.conftest import Kit, synth
-from tests.fixtures.cmd_support import profile
+from tests.fixtures.cmd_support import profile, stub_nodegroups
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 STACK = "glm51-2p2d-capacity"
-CLUSTER = "glm51-2p2d"
 GROUPS = ("glm51-2p2d-decode", "glm51-2p2d-prefill")
 IMAGE_PARAMETER = "/pdkit/glm51-2p2d/ami/gpu"
-
-
-@pytest.fixture(scope="module")
-def custom_kit() -> Kit:
-    raw = yaml.safe_load(profile_files.resolve(None).read_text())
-    raw.setdefault("ami", {})["source"] = "custom"
-    return synth(raw)
 
 
 def cdk_out(kit: Kit) -> str:
@@ -56,25 +46,15 @@ def with_new_launch_template_data(template: dict[str, Any]) -> dict[str, Any]:
     return older
 
 
-def stub_template(aws, template: dict[str, Any]) -> None:
+def stub_template(aws, template: dict[str, Any], stack: str = STACK) -> None:
+    """GetTemplate of the deployed capacity stack (the Original stage: what CloudFormation last deployed)."""
     aws("cloudformation").add_response(
-        "get_template", {"TemplateBody": json.dumps(template)}, {"StackName": STACK, "TemplateStage": "Original"}
+        "get_template", {"TemplateBody": json.dumps(template)}, {"StackName": stack, "TemplateStage": "Original"}
     )
 
 
 def stub_sizes(aws, desired: int) -> None:
-    for group in GROUPS:
-        aws("eks").add_response(
-            "describe_nodegroup",
-            {
-                "nodegroup": {
-                    "nodegroupName": group,
-                    "clusterName": CLUSTER,
-                    "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": desired},
-                }
-            },
-            {"clusterName": CLUSTER, "nodegroupName": group},
-        )
+    stub_nodegroups(aws, desired, GROUPS)
 
 
 def run(aws, kit: Kit, *extra: str) -> int:
@@ -127,23 +107,21 @@ def test_a_stack_not_deployed_yet_passes(aws, kit, capsys):
     assert "not deployed yet" in capsys.readouterr().out
 
 
-def test_denied_get_template_is_one_line_naming_the_action(aws, kit, capsys):
-    aws("cloudformation").add_client_error("get_template", service_error_code="AccessDenied", service_message="no", http_status_code=403)
+@pytest.mark.parametrize(
+    ("changed", "service", "operation", "code", "action"),
+    [
+        (False, "cloudformation", "get_template", "AccessDenied", "cloudformation:GetTemplate"),
+        (True, "eks", "describe_nodegroup", "AccessDeniedException", "eks:DescribeNodegroup"),
+    ],
+)
+def test_a_denied_call_is_one_line_naming_the_action(aws, kit, capsys, changed, service, operation, code, action):
+    if changed:  # a launch-template change makes the check read the node groups' sizes
+        stub_template(aws, with_new_launch_template_data(capacity_template(kit)))
+    aws(service).add_client_error(operation, service_error_code=code, service_message="no", http_status_code=403)
     assert run(aws, kit) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "cloudformation:GetTemplate" in err
-
-
-def test_denied_describe_nodegroup_is_one_line_naming_the_action(aws, kit, capsys):
-    stub_template(aws, with_new_launch_template_data(capacity_template(kit)))
-    aws("eks").add_client_error(
-        "describe_nodegroup", service_error_code="AccessDeniedException", service_message="no", http_status_code=403
-    )
-    assert run(aws, kit) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert "eks:DescribeNodegroup" in err
+    assert action in err
 
 
 def test_missing_cloud_assembly_says_synth_first(aws, tmp_path, capsys):
@@ -193,12 +171,7 @@ def test_a_promoted_image_is_a_new_launch_template_version(aws, custom_kit, caps
     aws("ssm").add_response(
         "get_parameter", {"Parameter": {"Name": IMAGE_PARAMETER, "Value": "ami-0bbbbbbbbbbbbbbbb"}}, {"Name": IMAGE_PARAMETER}
     )
-    for group in ("glm51-2p2d-decode-custom", "glm51-2p2d-prefill-custom"):
-        aws("eks").add_response(
-            "describe_nodegroup",
-            {"nodegroup": {"nodegroupName": group, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 2}}},
-            {"clusterName": CLUSTER, "nodegroupName": group},
-        )
+    stub_nodegroups(aws, 2, tuple(f"{group}-custom" for group in GROUPS))
     assert main(["deploy-check", "--cdk-out", cdk_out(custom_kit), "--profile", profile(tmp_path, ami__source="custom")]) == 2
     err = capsys.readouterr().err
     assert "moved from ami-0aaaaaaaaaaaaaaaa to ami-0bbbbbbbbbbbbbbbb" in err
@@ -208,7 +181,8 @@ def test_a_promoted_image_is_a_new_launch_template_version(aws, custom_kit, caps
 def test_make_deploy_checks_the_assembly_it_deploys():
     """The documented path is `make deploy`: it must synthesize, run the check on that cloud assembly, and deploy
     exactly that assembly (`cdk deploy --app cdk.out`: the CDK CLI's --app also takes a synthesized assembly
-    directory), so no change reaches CloudFormation without passing the check."""
+    directory), so no change reaches CloudFormation without passing the check. YES=1 reaches the check (the step
+    that confirms a capacity.purchase fee, tests/test_capacity_purchase_deploy.py), so CI can run it unprompted."""
     makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
     recipe = re.search(r"^deploy:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
     assert recipe, "no deploy target"
@@ -217,6 +191,7 @@ def test_make_deploy_checks_the_assembly_it_deploys():
     synth_at = next(i for i, line in enumerate(lines) if " synth" in line)
     deploy_at = next(i for i, line in enumerate(lines) if " deploy " in line and "deploy-check" not in line)
     assert synth_at < check < deploy_at
+    assert "$(if $(YES),--yes)" in lines[check]
     assert "--app cdk.out" in lines[deploy_at]
 
 
@@ -229,12 +204,7 @@ def test_on_demand_rehearsal_rolls_without_refusal_or_size_lookup(aws, rehearsal
     """The no-rolling-update rule exists because a block has no spare instance; an on-demand node group's update
     launches its replacements on demand first (https://docs.aws.amazon.com/eks/latest/userguide/managed-node-update-behavior.html),
     so a launch-template change passes and no node group size is read (no eks response is stubbed)."""
-    stack = "rehearsal-glm51-2p2d-capacity"
-    aws("cloudformation").add_response(
-        "get_template",
-        {"TemplateBody": json.dumps(with_new_launch_template_data(capacity_template(rehearsal_kit)))},
-        {"StackName": stack, "TemplateStage": "Original"},
-    )
+    stub_template(aws, with_new_launch_template_data(capacity_template(rehearsal_kit)), "rehearsal-glm51-2p2d-capacity")
     assert run(aws, rehearsal_kit, "--profile", "rehearsal-glm51-fp8-2p2d") == 0
     out = capsys.readouterr().out
     assert "BlockDeviceMappings" in out

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import re
+import shlex
 
 from pydantic import BaseModel
 
+from pdkit.cli.main import build_parser
 from pdkit.model.profile import Profile
 from pdkit.model.profile_files import ROOT
 
@@ -98,8 +103,6 @@ def _fenced_lines(text: str) -> list[tuple[int, str]]:
 def _pdkit_argvs(command: str) -> list[list[str]]:
     """The arguments of each `pdkit` invocation in a shell line: env assignments, $(...), redirections, pipes,
     `&&` chains and comments handled the way the shell splits them."""
-    import shlex
-
     if not _RUNS_PDKIT.search(command):
         return []
     lexer = shlex.shlex(re.sub(r"\$\([^)]*\)", "VALUE", command), posix=True, punctuation_chars=True)
@@ -122,11 +125,6 @@ def _pdkit_argvs(command: str) -> list[list[str]]:
 
 def _parse_error(argv: list[str]) -> str | None:
     """What the real parser says about argv (None when it accepts it). parse_args only: nothing runs."""
-    import contextlib
-    import io
-
-    from pdkit.cli.main import build_parser
-
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -138,10 +136,6 @@ def _parse_error(argv: list[str]) -> str | None:
 
 def _mention_error(argv: list[str]) -> str | None:
     """A mention names an existing command (`pdkit nodes`, `pdkit capacity buy`) and only flags it takes."""
-    import argparse
-
-    from pdkit.cli.main import build_parser
-
     parser = top = build_parser()
     path: list[str] = []
     words = iter(w.strip("[]") for w in argv)

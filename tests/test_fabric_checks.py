@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pdkit.model import plan as plan_mod
-from pdkit.model import profile_files
-from pdkit.model.thresholds import derive
 from pdkit.ops.fabric import checks
 from pdkit.ops.fabric.checks import FAIL, PASS, SKIP
-from pdkit.ops.jobs import JobRun
+from pdkit.ops.kube import JobRun
 from tests.fixtures.fabric.fakes import fixture, nodes
-
-
-@pytest.fixture(scope="module")
-def plan():
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
-
-
-@pytest.fixture(scope="module")
-def th(plan):
-    return derive(plan)
 
 
 def _by_name(rows):
@@ -97,12 +83,6 @@ def test_nccl_on_sockets_fails_network_and_bandwidth(plan, th):
         assert r[f"{test} bus bandwidth"].status == FAIL
         assert "#low-nccl-bandwidth" in r[f"{test} bus bandwidth"].next_step
         assert r[f"{test} data check"].status == PASS
-
-
-def test_nccl_provider_other_than_efa_fails(plan, th):
-    log = fixture("nccl-efa.log").replace("Selected provider is efa, fabric is efa", "Selected provider is tcp, fabric is tcp")
-    rows = checks.nccl_checks(plan, th, JobRun(logs={0: log}, finished=True))
-    assert {r.name: r.status for r in rows}["all_reduce_perf network"] == FAIL
 
 
 def test_nccl_wrong_values_fail_the_data_check(plan, th):

@@ -13,7 +13,7 @@ import pytest
 
 from pdkit.ops.fabric import checks, parsers
 from pdkit.ops.fabric.checks import FAIL, PASS
-from pdkit.ops.jobs import JobRun
+from pdkit.ops.kube import JobRun
 from tests.fixtures.fabric.fakes import HERE
 
 FIELD = HERE / "field"
@@ -33,22 +33,6 @@ def _as_kit_log(text: str, test: str = "all_reduce_perf", json_doc: str | None =
 
 def _checks(plan, th, log: str) -> dict[str, checks.Check]:
     return {r.name: r for r in checks.nccl_checks(plan, th, JobRun(logs={0: log}, finished=True))}
-
-
-@pytest.fixture(scope="module")
-def plan():
-    from pdkit.model import plan as plan_mod
-    from pdkit.model import profile_files
-
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
-
-
-@pytest.fixture(scope="module")
-def th(plan):
-    from pdkit.model.thresholds import derive
-
-    return derive(plan)
 
 
 def test_mpirun_tag_output_prefixes_are_stripped():
@@ -130,14 +114,19 @@ def test_json_is_preferred_in_the_kits_runs(plan, th):
 
 
 @pytest.mark.parametrize(
-    ("name", "provider", "nics"),
-    [("provider-oldest.log", "efa", None), ("provider-tcp.log", "tcp;ofi_rxm", 1)],
+    ("text", "provider", "nics"),
+    [
+        (_read("provider-oldest.log"), "efa", None),
+        (_read("provider-tcp.log"), "tcp;ofi_rxm", 1),
+        ("host:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)", "efa", 4),
+        ("host:1:1 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)", "tcp", 1),
+    ],
 )
-def test_every_aws_ofi_nccl_provider_line(name, provider, nics):
-    """aws-ofi-nccl: "Selected Provider is %s" (oldest), "... (found %d nics)" (read before too, and in
-    nccl-pre-2.13.log here), "Selected provider is %s, fabric is %s (found %d nics)"; prov_name may be a
-    layered "tcp;ofi_rxm"."""
-    r = parsers.parse_nccl_tests(_read(name))
+def test_every_aws_ofi_nccl_provider_line(text, provider, nics):
+    """aws-ofi-nccl: "Selected Provider is %s" (oldest), "... (found %d nics)" (before 1.9; in nccl-pre-2.13.log
+    here too), "Selected provider is %s, fabric is %s (found %d nics)"; prov_name may be a layered "tcp;ofi_rxm",
+    and a provider other than efa is read as such."""
+    r = parsers.parse_nccl_tests(text)
     assert r.providers == (provider,)
     assert r.nics == nics
 

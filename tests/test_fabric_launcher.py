@@ -63,9 +63,9 @@ def test_runs_the_command_like_ssh_and_returns_its_exit_code(run):
     assert done.stdout == "hello\n"
 
 
-def test_container_name_is_the_one_the_job_renders(run):
+def test_container_name_is_the_one_the_job_renders(run, plan, th):
     """kubectl exec without --container picks the default container; name it, so a sidecar never gets the daemon."""
-    spec = next(s for s in manifests.render(*_plan_and_th(), image="i", run_id="abc123").jobs if s.key == "nccl")
+    spec = next(s for s in manifests.render(plan, th, image="i", run_id="abc123").jobs if s.key == "nccl")
     name = spec.job["spec"]["template"]["spec"]["containers"][0]["name"]
     _, calls = run("nccl-abc123-1.nccl-abc123", "true")
     assert f"--container {name} --" in calls[1]
@@ -83,16 +83,6 @@ def test_a_host_that_is_not_job_index_is_refused(run, host):
     done, calls = run(host, "true")
     assert done.returncode == 2
     assert calls == []
-
-
-def _plan_and_th():
-    from pdkit.model import plan as plan_mod
-    from pdkit.model import profile_files
-    from pdkit.model.thresholds import derive
-
-    profile, path = profile_files.load(None)
-    p = plan_mod.build(profile, profile_path=path)
-    return p, derive(p)
 
 
 def test_launcher_script_waits_for_every_worker_runs_both_tests_then_releases_the_workers(tmp_path):

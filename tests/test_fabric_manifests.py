@@ -12,16 +12,11 @@ from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
 from pdkit.model.plan import ROLE_LABEL
 from pdkit.model.thresholds import derive
-from pdkit.ops.kube import EFA, GPU
 from pdkit.render import fabric as manifests
+from pdkit.render import pod as pod_conventions
+from pdkit.render.pod import EFA, GPU
 
 IMAGE = "000000000000.dkr.ecr.eu-south-2.amazonaws.com/glm51-2p2d/validation:validation-0123456789ab"
-
-
-@pytest.fixture(scope="module")
-def plan():
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +36,10 @@ def _container(spec):
     return _pod(spec)["containers"][0]
 
 
-def test_every_object_validates_for_the_plans_kubernetes_version(plan, bundle):
-    """kubernetes-validate's strict schemas for the plan's version (1.36 by default) catch typos in field names."""
-    version = f"{plan.kubernetes_version}.0"
-    for obj in bundle.objects():
-        kubernetes_validate.validate(obj, version, strict=True)
-
-
 def test_a_typo_fails_validation(plan, bundle):
-    """The validation above is not vacuous."""
+    """kubernetes-validate's strict schemas for the plan's version catch typos in field names, so the validation of
+    every object (tests/test_fabric_node_image.py, both AMI sources; `validate --render` in tests/test_fabric_validate.py)
+    is not vacuous."""
     job = dict(_jobs(bundle)["nccl"].job)
     job["spec"] = {**job["spec"], "completionsMode": "Indexed"}
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -103,21 +93,14 @@ def test_devices_follow_capacity_efa_devices(raw_with):
             assert _container(spec)["resources"]["limits"][EFA] == "8"
 
 
-def test_no_privilege_no_host_access(bundle):
+def test_every_check_runs_as_non_root_with_its_roles_seccomp_profile(bundle):
+    """No privilege and no host access: tests/test_pod.py, for every renderer."""
     for spec in bundle.jobs:
         pod = _pod(spec)
-        ctx = _container(spec)["securityContext"]
-        assert ctx["privileged"] is False
-        assert ctx["allowPrivilegeEscalation"] is False
-        assert ctx["capabilities"] == {"drop": ["ALL"]}
-        assert ctx["runAsNonRoot"] is True
+        assert _container(spec)["securityContext"]["runAsNonRoot"] is True
         # A role's checks run with its serving pods' seccomp profile (the node's default unless the
         # profile says RuntimeDefault, tests/test_role_pod.py); the cross-role ones with RuntimeDefault.
         assert pod["securityContext"].get("seccompProfile", {"type": "RuntimeDefault"}) == {"type": "RuntimeDefault"}
-        # Only the nccl pods carry a token, for kubectl exec (test_only_the_nccl_pods_get_the_launchers_token).
-        assert pod["automountServiceAccountToken"] is (spec.key == "nccl")
-        assert not pod.get("hostNetwork")
-        assert all("hostPath" not in v for v in pod["volumes"])
 
 
 def test_namespace_enforces_pod_security_as_the_roles_need(plan, bundle):
@@ -130,15 +113,12 @@ def test_namespace_enforces_pod_security_as_the_roles_need(plan, bundle):
     assert labels["pod-security.kubernetes.io/enforce-version"] == f"v{plan.kubernetes_version}"
 
 
-def test_shm_is_a_memory_empty_dir(plan, bundle):
+def test_every_check_but_the_node_image_mounts_shm(plan, bundle):
+    """Each /dev/shm is the pod's in-memory emptyDir (tests/test_pod.py), an eighth of the node's memory."""
+    assert pod_conventions.shm_volume(plan)["emptyDir"]["sizeLimit"] == f"{plan.instance.memory_mib // 8}Mi"
     for spec in bundle.jobs:
-        if spec.key == "node-image":  # runs nothing that uses shared memory
-            continue
-        pod = _pod(spec)
-        shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
-        assert shm["emptyDir"]["medium"] == "Memory"
-        assert shm["emptyDir"]["sizeLimit"] == f"{plan.instance.memory_mib // 8}Mi"
-        assert {"name": "dshm", "mountPath": "/dev/shm"} in _container(spec)["volumeMounts"]
+        if spec.key != "node-image":  # runs nothing that uses shared memory
+            assert {"name": "dshm", "mountPath": "/dev/shm"} in _container(spec)["volumeMounts"]
 
 
 def test_single_role_jobs_use_the_roles_node_selector_and_toleration(plan, bundle):
@@ -310,10 +290,3 @@ def test_no_uccl_job_when_decode_ep_stays_in_one_node(raw_with):
     assert not p.decode.ep_spans_nodes
     keys = {s.key for s in manifests.render(p, derive(p), image=IMAGE, run_id="x").jobs}
     assert not any(k.startswith("uccl") for k in keys)
-
-
-def test_yaml_round_trips(bundle):
-    import yaml
-
-    docs = list(yaml.safe_load_all(manifests.to_yaml(bundle.objects())))
-    assert docs == bundle.objects()

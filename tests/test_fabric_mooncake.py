@@ -10,32 +10,22 @@ import yaml
 
 from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
-from pdkit.model.profile import Profile
 from pdkit.model.thresholds import derive
 from pdkit.ops.fabric import checks, parsers
 from pdkit.ops.fabric.checks import FAIL, PASS, SKIP
-from pdkit.ops.jobs import JobRun
+from pdkit.ops.kube import JobRun
 from pdkit.render import fabric as manifests
-from pdkit.render.serving import inputs
-from pdkit.render.serving import manifests as serving
 from tests.fixtures.fabric.fakes import fixture
 
 SERVING_IMAGE = "registry.example/sglang-efa:v1"
 
 
-def _plan(raw):
-    return plan_mod.build(Profile.model_validate(raw), profile_path="test.yaml")
-
-
 @pytest.fixture(scope="module")
-def plan():
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
-
-
-@pytest.fixture(scope="module")
-def th(plan):
-    return derive(plan)
+def nixl():
+    """The default profile on serving.kv_transfer: nixl."""
+    raw = yaml.safe_load(profile_files.resolve(None).read_text())
+    raw.setdefault("serving", {})["kv_transfer"] = "nixl"
+    return plan_mod.build(profile_files.parse(raw))
 
 
 def _jobs(plan):
@@ -50,33 +40,6 @@ def _pod(spec):
 
 
 # --- the pods are the roles' serving pods -------------------------------------------------------------
-
-
-def test_mooncake_pods_run_with_each_roles_image_resources_security_and_environment(plan):
-    """A pass must predict serving: SGLang's prefill writes KV into decode's GPU memory through Mooncake
-    (sglang/srt/disaggregation/mooncake/conn.py), so the initiator runs in prefill's serving pod spec and
-    the target in decode's: image, requests and limits, container and pod security context, and every
-    variable each role's SGLang process sees (FI_HMEM, MOONCAKE_PROTOCOL and the rest)."""
-    objs = serving.render(plan, inputs.from_plan(plan, image=SERVING_IMAGE))
-    pods = {
-        r["name"]: r["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-        for o in objs
-        if o["kind"] == "DisaggregatedSet"
-        for r in o["spec"]["roles"]
-    }
-    config = next(o for o in objs if o["kind"] == "ConfigMap" and o["data"].get("MOONCAKE_PROTOCOL"))["data"]
-    jobs = _jobs(plan)
-    for role in ("prefill", "decode"):
-        pod = _pod(jobs[f"mooncake-{role}"])
-        (check,) = pod["containers"]
-        (sglang,) = pods[role]["containers"]
-        assert check["image"] == sglang["image"] == SERVING_IMAGE
-        assert check["resources"] == sglang["resources"]
-        assert check["securityContext"] == sglang["securityContext"]
-        assert pod["securityContext"] == pods[role]["securityContext"]
-        serving_env = {**config, **{e["name"]: e["value"] for e in sglang.get("env", []) if "value" in e}}
-        check_env = {e["name"]: e["value"] for e in check["env"] if "value" in e}
-        assert check_env == serving_env
 
 
 def test_mooncake_phase_runs_the_bench_as_prefill_writing_into_decode(plan, th):
@@ -113,24 +76,11 @@ def test_bench_stays_under_the_efa_work_request_cap(plan, th):
     assert th.mooncake_buffer_bytes_per_gpu >= th.mooncake_threads * th.mooncake_batch * th.mooncake_block_bytes
 
 
-def test_no_mooncake_job_with_nixl(plan):
+def test_no_mooncake_job_with_nixl(plan, nixl):
     """serving.kv_transfer: nixl moves KV without Mooncake: no Mooncake Job to run (the seed, on
     Mooncake, has both)."""
     assert {"mooncake-decode", "mooncake-prefill"} <= set(_jobs(plan))
-    raw = yaml.safe_load(profile_files.resolve(None).read_text())
-    raw.setdefault("serving", {})["kv_transfer"] = "nixl"
-    keys = set(_jobs(_plan(raw)))
-    assert not any(k.startswith("mooncake") for k in keys)
-
-
-def test_render_shows_the_mooncake_phase(capsys):
-    """`pdkit validate --render` prints the Mooncake Jobs with the rest."""
-    from pdkit.cli.main import main
-
-    assert main(["validate", "--render", "--registry", "111111111111.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
-    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
-    names = {d["metadata"]["name"] for d in docs if d["kind"] == "Job"}
-    assert {"mooncake-decode-render", "mooncake-prefill-render"} <= names
+    assert not any(k.startswith("mooncake") for k in _jobs(nixl))
 
 
 # --- the parser ---------------------------------------------------------------------------------------
@@ -217,16 +167,14 @@ def test_job_that_never_ran(plan, th):
     assert "Insufficient nvidia.com/gpu" in rows[0].measured
 
 
-def test_nixl_skips_the_phase():
+def test_nixl_skips_the_phase(nixl):
     """With serving.kv_transfer: nixl, `pdkit validate` says why there is no Mooncake row instead of
     leaving it out silently."""
     from pdkit.ops.fabric import validate
     from tests.fixtures.fabric import fakes
 
-    raw = yaml.safe_load(profile_files.resolve(None).read_text())
-    raw.setdefault("serving", {})["kv_transfer"] = "nixl"
     clock = fakes.Clock()
-    outcome = validate.run(_plan(raw), fakes.FakeCluster(logs={}), image="v", phases=("mooncake",), waiting=lambda _p: fakes.waiting(clock))
+    outcome = validate.run(nixl, fakes.FakeCluster(logs={}), image="v", phases=("mooncake",), waiting=lambda _p: fakes.waiting(clock))
     (row,) = [c for c in outcome.checks if c.name == "Mooncake KV write"]
     assert row.status == SKIP
     assert "nixl" in row.measured

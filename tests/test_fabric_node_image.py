@@ -11,9 +11,9 @@ from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
 from pdkit.model.thresholds import derive
 from pdkit.ops.fabric import checks, parsers, validate
-from pdkit.ops.jobs import JobRun
-from pdkit.ops.kube import GPU
+from pdkit.ops.kube import JobRun
 from pdkit.render import fabric as manifests
+from pdkit.render.pod import GPU
 from tests.fixtures.fabric import fakes
 from tests.fixtures.fabric.fakes import Clock, FakeCluster, fixture
 

@@ -63,18 +63,6 @@ def test_nccl_socket_fallback_is_detected():
     assert r.networks == ("Socket",)
 
 
-def test_nccl_older_provider_spelling():
-    """aws-ofi-nccl before 1.9 printed 'Selected Provider is efa (found 4 nics)'."""
-    r = parsers.parse_nccl_tests("host:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)")
-    assert r.providers == ("efa",)
-    assert r.nics == 4
-
-
-def test_nccl_tcp_provider_is_not_efa():
-    r = parsers.parse_nccl_tests("host:1:1 [0] NCCL INFO NET/OFI Selected provider is tcp, fabric is 10.0.0.0/16 (found 1 nics)")
-    assert r.providers == ("tcp",)
-
-
 def test_nccl_wrong_values_and_na():
     text = "\n".join(
         [

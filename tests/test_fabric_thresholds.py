@@ -9,15 +9,11 @@ from pdkit.model import profile_files, seed, thresholds
 from pdkit.model.thresholds import derive
 
 
-def _plan(raw=None):
-    if raw is None:
-        profile, path = profile_files.load(None)
-        return plan_mod.build(profile, profile_path=path)
+def _plan(raw):
     return plan_mod.build(profile_files.parse(raw))
 
 
-def test_seed_layout_thresholds():
-    th = derive(_plan())
+def test_seed_layout_thresholds(th):
     assert th.efa_devices_per_node == 16
     assert th.gpus_per_node == 8
     assert th.node_line_rate_gbps == 400.0  # 3200 Gbps / 8
@@ -29,12 +25,11 @@ def test_seed_layout_thresholds():
     assert th.memlock == "unlimited"
 
 
-def test_pingpong_limit_is_the_seeds_per_message_overhead():
-    assert derive(_plan()).pingpong_max_latency_us == seed.load().per_message_overhead_us == 28
+def test_pingpong_limit_is_the_seeds_per_message_overhead(th):
+    assert th.pingpong_max_latency_us == seed.load().per_message_overhead_us == 28
 
 
-def test_uccl_budget_is_the_tpot_alarm_over_the_moe_layers():
-    th = derive(_plan())
+def test_uccl_budget_is_the_tpot_alarm_over_the_moe_layers(th):
     assert th.moe_layers == 75
     assert th.uccl_max_dispatch_combine_us == pytest.approx(533.3)  # 40 ms / 75
     assert (th.uccl_hidden, th.uccl_topk, th.uccl_experts) == (6144, 8, 256)
@@ -60,16 +55,15 @@ def test_fewer_efa_devices_lower_the_bandwidth_floors(raw_with):
     assert th.allreduce_min_busbw_gbps == 100.0
 
 
-def test_floors_stay_far_above_the_socket_fallback():
+def test_floors_stay_far_above_the_socket_fallback(th):
     """~14 GB/s per node on sockets: both floors must separate it from a working fabric."""
-    th = derive(_plan())
     socket_per_node = 14
     assert th.allreduce_min_busbw_gbps > 10 * socket_per_node
     assert th.alltoall_min_busbw_gbps > 5 * socket_per_node / th.gpus_per_node
     assert thresholds.ALLREDUCE_LINE_RATE_FLOOR < 1
 
 
-def test_thresholds_serialise():
-    d = derive(_plan()).to_dict()
+def test_thresholds_serialise(th):
+    d = th.to_dict()
     assert d["allreduce_min_busbw_gbps"] == 200.0
     assert set(d) >= {"pingpong_max_latency_us", "uccl_max_dispatch_combine_us", "efa_devices_per_node"}

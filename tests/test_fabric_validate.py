@@ -8,32 +8,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from pdkit.cli.main import main
 from pdkit.errors import KitError
-from pdkit.model import plan as plan_mod
-from pdkit.model import profile_files
+from pdkit.ops import kube
 from pdkit.ops.fabric import validate
-from pdkit.ops.jobs import JobState, PodState, Waiting, run_jobs
+from pdkit.ops.kube import JobState, PodState, Waiting, run_jobs
 from tests.fixtures.fabric import fakes
-from tests.fixtures.fabric.fakes import Clock, FakeCluster, fixture
+from tests.fixtures.fabric.fakes import GOOD_LOGS, Clock, FakeCluster, fixture
 
 IMAGE = "registry.example/validation:v1"
 SERVING_IMAGE = "registry.example/sglang-efa:v1"
-
-GOOD_LOGS = {
-    "node-image": dict.fromkeys(range(4), fixture("node-image-eks.log")),
-    "efa-prefill": {0: fixture("efa-ok-0.log"), 1: fixture("efa-ok-1.log")},
-    "efa-decode": {0: fixture("efa-ok-0.log"), 1: fixture("efa-ok-1.log")},
-    "nccl": {0: fixture("nccl-efa.log"), 1: "pdkit-worker index=1 node=n1", 2: "", 3: ""},
-    "uccl-decode-0": {0: fixture("uccl-ok-0.log"), 1: fixture("uccl-ok-1.log")},
-    "mooncake-decode": {0: fixture("mooncake-ok-target.log")},
-    "mooncake-prefill": {0: fixture("mooncake-ok-initiator.log")},
-}
-
-
-@pytest.fixture(scope="module")
-def plan():
-    profile, path = profile_files.load(None)
-    return plan_mod.build(profile, profile_path=path)
 
 
 def _run(plan, cluster, clock=None, **kw):
@@ -64,22 +48,6 @@ def test_all_phases_pass_and_everything_is_cleaned_up(plan):
         ("Role", "nccl-launcher-abc123"),
         ("RoleBinding", "nccl-launcher-abc123"),
     } <= deleted
-
-
-def test_the_cli_runs_the_decode_check_in_the_serving_image_and_records_it(monkeypatch, tmp_path):
-    """Issue 14 item 8: the UCCL-EP check stands for decode, so it runs in decode's serving image (the
-    validation image's deep_ep could differ from the one serving loads); the result says which image."""
-    from pdkit.ops import jobs as cluster_mod
-
-    fake = FakeCluster(logs=GOOD_LOGS)
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: fake)
-    out = tmp_path / "v.json"
-    assert fakes.main(["validate", "--out", str(out), "--image", IMAGE, "--serving-image", SERVING_IMAGE]) == 0
-    uccl = next(o for o in fake.created if o["kind"] == "Job" and o["metadata"]["name"].startswith("uccl-decode-0"))
-    assert uccl["spec"]["template"]["spec"]["containers"][0]["image"] == SERVING_IMAGE
-    nccl = next(o for o in fake.created if o["kind"] == "Job" and o["metadata"]["name"].startswith("nccl"))
-    assert nccl["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
-    assert json.loads(out.read_text())["role_images"] == {"prefill": SERVING_IMAGE, "decode": SERVING_IMAGE}
 
 
 def test_keep_leaves_the_objects(plan):
@@ -188,40 +156,49 @@ def test_default_image_is_the_plans_validation_image(plan):
 
 
 def test_cli_render_needs_no_cluster(capsys, plan):
-    assert fakes.main(["validate", "--render", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
+    """`pdkit validate --render` prints every phase's objects (the Mooncake Jobs with the rest), each valid for the
+    plan's Kubernetes version."""
+    assert main(["validate", "--render", "--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs][:4] == ["Namespace", "ServiceAccount", "Role", "RoleBinding"]
+    assert {"mooncake-decode-render", "mooncake-prefill-render"} <= {d["metadata"]["name"] for d in docs if d["kind"] == "Job"}
     for doc in docs:
         kubernetes_validate.validate(doc, f"{plan.kubernetes_version}.0", strict=True)
 
 
 def test_cli_rejects_unknown_phase(capsys):
-    assert fakes.main(["validate", "--only", "efa,disk"]) == 2
+    assert main(["validate", "--only", "efa,disk"]) == 2
     assert "unknown phase(s) ['disk']" in capsys.readouterr().err
 
 
 def test_cli_runs_prints_and_saves(monkeypatch, capsys, tmp_path):
-    from pdkit.ops import jobs as cluster_mod
-
+    """`pdkit validate` prints the rows and the next step and saves the result, which says which images ran. Issue 14
+    item 8: the UCCL-EP check stands for decode, so it runs in decode's serving image (the validation image's deep_ep
+    could differ from the one serving loads); nccl in the validation image."""
     fake = FakeCluster(logs=GOOD_LOGS)
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: fake)
+    monkeypatch.setattr(kube, "connect", lambda context: fake)
     out = tmp_path / "validate.json"
-    assert fakes.main(["validate", "--out", str(out), "--image", IMAGE, "--serving-image", SERVING_IMAGE]) == 0
+    assert main(["validate", "--out", str(out), "--image", IMAGE, "--serving-image", SERVING_IMAGE]) == 0
     text = capsys.readouterr().out
     assert "all_reduce_perf bus bandwidth" in text
     assert "PASS" in text
     assert "FAIL" not in text
     assert "Next: scale serving back up, then `pdkit bench`" in text
-    assert json.loads(out.read_text())["image"] == IMAGE
+    images = {
+        o["metadata"]["name"].rsplit("-", 1)[0]: o["spec"]["template"]["spec"]["containers"][0]["image"]
+        for o in fake.created
+        if o["kind"] == "Job"
+    }
+    assert (images["uccl-decode-0"], images["nccl"]) == (SERVING_IMAGE, IMAGE)
+    saved = json.loads(out.read_text())
+    assert (saved["image"], saved["role_images"]) == (IMAGE, {"prefill": SERVING_IMAGE, "decode": SERVING_IMAGE})
 
 
 def test_cli_exit_code_is_one_on_failure(monkeypatch, capsys, tmp_path):
-    from pdkit.ops import jobs as cluster_mod
-
     logs = {**GOOD_LOGS, "nccl": {0: fixture("nccl-socket.log")}}
-    monkeypatch.setattr(cluster_mod, "connect_cluster", lambda context: FakeCluster(logs=logs))
+    monkeypatch.setattr(kube, "connect", lambda context: FakeCluster(logs=logs))
     argv = ["validate", "--out", str(tmp_path / "v.json"), "--output", "json", "--image", IMAGE, "--serving-image", SERVING_IMAGE]
-    assert fakes.main(argv) == 1
+    assert main(argv) == 1
     data = json.loads(capsys.readouterr().out)
     failed = [c for c in data["checks"] if c["status"] == "FAIL"]
     assert {c["name"] for c in failed} >= {"all_reduce_perf network", "alltoall_perf network"}
@@ -234,7 +211,7 @@ def test_help_imports_nothing_heavy():
     import sys
 
     code = (
-        "import sys\nfrom tests.fixtures.fabric.fakes import parser\n"
+        "import sys\nfrom pdkit.cli.main import build_parser as parser\n"
         "for cmd in ('validate', 'bench', 'report'):\n"
         "    try:\n        parser().parse_args([cmd, '--help'])\n    except SystemExit:\n        pass\n"
         "print(sorted(m for m in ('kubernetes', 'rich', 'matplotlib', 'boto3') if m in sys.modules))"

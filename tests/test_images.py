@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import boto3
@@ -13,6 +15,7 @@ from botocore.stub import Stubber
 
 from pdkit.functions import start_build
 from pdkit.model.images import _versions_module
+from stacks.images_stack import BUILD_HOST_PINS
 from tests.conftest import ROOT, synth
 
 
@@ -46,9 +49,13 @@ def test_build_runs_in_region_privileged_for_docker_on_amd64(kit):
     )
 
 
-def _build_steps(kit) -> list[str]:
+def _buildspec(kit) -> dict:
     (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
-    return json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+    return json.loads(project["Properties"]["Source"]["BuildSpec"])
+
+
+def _build_steps(kit) -> list[str]:
+    return _buildspec(kit)["phases"]["build"]["commands"]
 
 
 def test_build_spec_pushes_each_planned_tag_and_skips_existing(kit):
@@ -111,8 +118,7 @@ def test_build_spec_pulls_nothing_from_docker_hub_to_build(kit):
     CodeBuild's shared addresses hit Docker Hub's pull limits (https://docs.docker.com/docker-hub/usage/pulls/). Docker's own
     builder (https://docs.docker.com/build/builders/drivers/docker/) needs no image and loads the result for the smoke test.
     """
-    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
-    spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+    spec = _buildspec(kit)
     commands = " ".join(command for phase in spec["phases"].values() for command in phase.get("commands", []))
     assert "buildx create" not in commands
     script = (ROOT / "containers" / "build.sh").read_text()
@@ -122,8 +128,7 @@ def test_build_spec_pulls_nothing_from_docker_hub_to_build(kit):
 
 def test_build_spec_exports_the_resolved_base_digests(kit):
     """The digests each build resolved reach the build's record (exported variable) so the next build can be pinned to them."""
-    (project,) = kit.template("images").find_resources("AWS::CodeBuild::Project").values()
-    spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+    spec = _buildspec(kit)
     assert spec["env"]["exported-variables"] == ["BASE_IMAGE_DIGESTS"]
     assert "--record base-digests.txt" in " ".join(_build_steps(kit))
     assert any("BASE_IMAGE_DIGESTS=" in c and "base-digests.txt" in c for c in spec["phases"]["post_build"]["commands"])
@@ -242,14 +247,14 @@ def test_delete_does_not_touch_codebuild():
 
 
 def test_the_build_host_installs_what_versions_py_imports_at_the_kits_pins():
-    """containers/build_args.py runs on the CodeBuild host through containers/versions.py, which
-    imports PyYAML and pydantic: the buildspec installs both at the versions requirements.txt locks,
-    so the build validates versions.yaml exactly as the kit's tests do."""
-    from stacks.images_stack import BUILD_HOST_PINS
-
-    source = (ROOT / "containers" / "versions.py").read_text()
-    assert "import yaml" in source
-    assert "from pydantic import" in source
+    """containers/build_args.py runs on the CodeBuild host through containers/versions.py: the buildspec installs
+    every distribution versions.py imports (PyYAML, pydantic, docker, dockerfile-parse) at the versions
+    requirements.txt locks, so the build validates versions.yaml and tags images exactly as the kit does."""
+    tree = ast.parse((ROOT / "containers" / "versions.py").read_text())
+    modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    third_party = {name.split(".")[0] for name in modules} - set(sys.stdlib_module_names) - {"__future__"}
+    imported = {dist.lower().replace("_", "-") for module in third_party for dist in packages_distributions()[module]}
+    assert {pin.split("==")[0] for pin in BUILD_HOST_PINS} == imported == {"pyyaml", "pydantic", "docker", "dockerfile-parse"}
     locked = {line.split(" ")[0] for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line}
-    assert {pin.split("==")[0] for pin in BUILD_HOST_PINS} == {"pyyaml", "pydantic"}
     assert set(BUILD_HOST_PINS) <= locked, f"{BUILD_HOST_PINS} must match requirements.txt"

@@ -36,7 +36,7 @@ def test_private_subnets_are_tagged_for_internal_load_balancers(kit):
 
 
 def test_one_nat_gateway_by_default(kit):
-    assert len(_resources(kit, "AWS::EC2::NatGateway")) == kit.plan.profile.network.nat_gateways == 1
+    assert len(_resources(kit, "AWS::EC2::NatGateway")) == kit.plan.network.nat_gateways == 1
 
 
 def test_endpoints_for_every_aws_service_the_nodes_use(kit):

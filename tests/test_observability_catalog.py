@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit.cli import context
 from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
 from pdkit.model.plan import ROLE_LABEL
 from pdkit.ops import status_metrics
 from pdkit.render.observability import alarms, catalog, dashboards, figures, scrape
+from tests.conftest import plan_of
 
-PLAN = context.load_plan(None)
+PLAN = plan_of()
 ARN = "arn:aws:cloudwatch:eu-south-2:111122223333:alarm:"
 SEARCH = re.compile(r"""SEARCH\('\{([^}]*)\} MetricName="([^"]+)"(.*?)',""")
 INSIGHTS = re.compile(r'SELECT (\w+)\((\w+)\) FROM SCHEMA\("([^"]+)", ([^)]*)\)')
@@ -159,7 +159,7 @@ def test_scrape_configuration_stays_inside_the_managed_collector_limits():
     for job in config["scrape_configs"]:
         sd = [k for k in job if k.endswith("_sd_configs") or k == "static_configs"]
         assert sd == ["kubernetes_sd_configs"], job["job_name"]
-        assert job["kubernetes_sd_configs"][0]["namespaces"]["names"] == [PLAN.profile.serving.namespace]
+        assert job["kubernetes_sd_configs"][0]["namespaces"]["names"] == [PLAN.namespace]
 
 
 def test_sglang_job_keeps_only_role_pods_on_the_sglang_port():
@@ -203,7 +203,7 @@ def test_healthy_workers_get_role_and_replica_from_the_sglang_pod_at_that_addres
 
 
 def test_scrape_names_agree_with_the_serving_manifests():
-    """Coordinated by value with pdkit/serving: the ports the pods and the router's discovery use."""
+    """Coordinated by value with pdkit/render/serving: the ports the pods and the router's discovery use."""
     sglang_args = pytest.importorskip("pdkit.render.serving.sglang_args")
     router_args = pytest.importorskip("pdkit.render.serving.router_args")
     assert sglang_args.SGLANG_PORT == catalog.SGLANG_PORT
@@ -223,10 +223,13 @@ def _bodies(plan: plan_mod.Plan = PLAN) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("profile", profile_files.available_profiles())
-def test_every_dashboard_metric_is_collected(profile):
-    loaded, path = profile_files.load(profile)
-    for kind, body in _bodies(plan_mod.build(loaded, profile_path=path)).items():
+def test_every_dashboard_and_alarm_metric_is_collected(profile):
+    """Every shipped profile: a panel or alarm on an uncollected metric shows "no data" forever and never pages."""
+    plan = plan_of(profile)
+    for kind, body in _bodies(plan).items():
         assert _dashboard_problems(body) == [], kind
+    for alarm in alarms.alarms(plan):
+        assert _alarm_problems(alarm) == [], alarm.key
 
 
 def test_serving_dashboard_has_the_seed_figures_per_role():
@@ -281,13 +284,6 @@ def test_dashboard_panels_fit_the_grid():
 # ---- alarms ----
 
 
-@pytest.mark.parametrize("profile", profile_files.available_profiles())
-def test_every_alarm_metric_is_collected(profile):
-    loaded, path = profile_files.load(profile)
-    for alarm in alarms.alarms(plan_mod.build(loaded, profile_path=path)):
-        assert _alarm_problems(alarm) == [], alarm.key
-
-
 def test_every_status_figure_is_collected():
     for q in status_metrics.queries(PLAN):
         m = q["MetricStat"]["Metric"]
@@ -303,8 +299,8 @@ def test_alarm_set_covers_the_issue():
 
 def test_alarm_thresholds_come_from_the_plan():
     by_key = {a.key: a for a in alarms.alarms(PLAN)}
-    assert by_key["tpot-p99"].threshold == PLAN.profile.observability.tpot_p99_ms
-    assert by_key["ttft-p99"].threshold == PLAN.profile.observability.ttft_p99_ms
+    assert by_key["tpot-p99"].threshold == PLAN.alarms.tpot_p99_ms
+    assert by_key["ttft-p99"].threshold == PLAN.alarms.ttft_p99_ms
     assert by_key["block-ending"].threshold == PLAN.drain_lead_minutes
     assert by_key["gpus-missing"].threshold == PLAN.instance.gpus
     assert by_key["efa-devices-missing"].threshold == PLAN.efa_devices_per_node

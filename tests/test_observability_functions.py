@@ -182,20 +182,12 @@ def test_handler_fails_when_every_query_fails(serving_env):
         serving_metrics.handler({}, None, query=down, cloudwatch=object(), now=NOW)
 
 
-class _Response(io.BytesIO):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def test_queries_are_sigv4_signed_for_the_aps_service():
     sent = []
 
     def opener(request, timeout):
         sent.append(request)
-        return _Response(json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode())
+        return io.BytesIO(json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode())
 
     query = serving_metrics.signed_query(
         "https://aps-workspaces.eu-south-2.amazonaws.com/workspaces/ws-1/",
@@ -213,7 +205,7 @@ def test_queries_are_sigv4_signed_for_the_aps_service():
 
 def test_query_errors_raise():
     def opener(request, timeout):
-        return _Response(json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode())
+        return io.BytesIO(json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error"}).encode())
 
     query = serving_metrics.signed_query("https://x.example/ws/", "eu-south-2", credentials=Credentials("A", "S"), opener=opener)
     with pytest.raises(RuntimeError, match="bad_data"):

@@ -82,14 +82,6 @@ def test_per_rank_figures_group_by_role_replica_and_dp_rank():
 # ---- the serving-metrics function, against the workspace's real answer shape ----
 
 
-class _Response(io.BytesIO):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _workspace(answers):
     """A query function over canned workspace answers, in the shape of AMP's QueryMetrics response: the
     Prometheus HTTP API envelope {"status": "success", "data": {"resultType": "vector", "result":
@@ -101,7 +93,7 @@ def _workspace(answers):
         (promql,) = parse_qs(request.data.decode())["query"]
         result = answers.get(promql, [])
         body = {"status": "success", "data": {"resultType": "vector", "result": result}}
-        return _Response(json.dumps(body).encode())
+        return io.BytesIO(json.dumps(body).encode())
 
     return serving_metrics.signed_query(
         "https://aps-workspaces.eu-south-2.amazonaws.com/workspaces/ws-1/", "eu-south-2", credentials=Credentials("A", "S"), opener=opener
@@ -194,7 +186,7 @@ def test_balancedness_floor_outside_0_1_is_refused(raw_with, value):
     compute_utilization_rate): 1 is perfect, so a floor of 1 or more alarms forever and 0 never.
     A floor inside (0, 1) is accepted and reaches the plan."""
     accepted = plan_mod.build(profile_files.parse(raw_with("observability.expert_balancedness_min", 0.7)), profile_path="<t>")
-    assert accepted.profile.observability.expert_balancedness_min == 0.7
+    assert accepted.alarms.expert_balancedness_min == 0.7
     with pytest.raises(ProfileError, match="expert_balancedness_min") as info:
         plan_mod.build(profile_files.parse(raw_with("observability.expert_balancedness_min", value)), profile_path="<t>")
     assert "\n" not in str(info.value).strip()
@@ -208,7 +200,7 @@ def _result(ident, value):
 
 
 def test_status_shows_busiest_rank_dp_imbalance_and_expert_balancedness():
-    floor = PLAN.profile.observability.expert_balancedness_min
+    floor = PLAN.alarms.expert_balancedness_min
     results = [
         _result("busiest_rank_decode", 12),
         _result("dp_imbalance_decode", 1.8),

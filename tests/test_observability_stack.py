@@ -1,4 +1,4 @@
-"""The observability stack and the Container Insights add-on construct, built standalone from the plan:
+"""The observability stack and the Container Insights add-on construct, as the default kit synthesizes them:
 the properties that decide whether anything is measured and whether anyone gets paged."""
 
 from __future__ import annotations
@@ -6,74 +6,45 @@ from __future__ import annotations
 import base64
 import json
 import re
-from dataclasses import dataclass
-from pathlib import Path
+import shutil
+import subprocess
+import sys
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 import yaml
-from aws_cdk.assertions import Match, Template
+from aws_cdk.assertions import Match
 
-from pdkit.cli import context
-from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
-from pdkit.model.plan import Plan
 from pdkit.render.observability import alarms, catalog, scrape
 from stacks.cluster_stack import ClusterStack
-from stacks.kit import build_kit
 from stacks.network_stack import NetworkStack
 from stacks.observability_addon import ADDON, ContainerInsightsAddon
 from stacks.observability_functions import BLOCK_CLOCK_MODULES, SERVING_METRICS_MODULES
-from tests.conftest import new_app
+from tests.conftest import Kit, new_app, plan_of, synth
 
 ADDON_VERSION = "v6.4.0-eksbuild.1"
 
 
-@dataclass
-class Built:
-    app: cdk.App
-    plan: Plan
-    stacks: dict[str, cdk.Stack]
-    directory: str
-
-    def template(self, name: str = "observability") -> Template:
-        return Template.from_stack(self.stacks[name])
-
-    def template_json(self, name: str = "observability") -> dict[str, Any]:
-        return json.loads((Path(self.directory) / self.stacks[name].template_file).read_text())
+def _resources(kit: Kit, kind: str, name: str = "observability") -> list[dict[str, Any]]:
+    return [r["Properties"] for r in kit.template(name).find_resources(kind).values()]
 
 
-def build(plan: Plan) -> Built:
-    """The whole kit as stacks/kit.py builds it (the cluster stack carries the Container Insights add-on)."""
-    app = new_app()
-    stacks = build_kit(app, plan, with_policy=False)
-    return Built(app, plan, stacks, app.synth().directory)
-
-
-@pytest.fixture(scope="module")
-def built() -> Built:
-    return build(context.load_plan(None))
-
-
-def _resources(built: Built, kind: str, name: str = "observability") -> list[dict[str, Any]]:
-    return [r["Properties"] for r in built.template(name).find_resources(kind).values()]
-
-
-def _alarm(built: Built, key: str) -> dict[str, Any]:
-    (found,) = [a for a in _resources(built, "AWS::CloudWatch::Alarm") if a["AlarmName"] == f"{built.plan.name}-{key}"]
+def _alarm(kit: Kit, key: str) -> dict[str, Any]:
+    (found,) = [a for a in _resources(kit, "AWS::CloudWatch::Alarm") if a["AlarmName"] == f"{kit.plan.name}-{key}"]
     return found
 
 
 # ---- the Container Insights add-on ----
 
 
-def test_addon_is_pinned_with_pod_identity_for_the_agent(built):
-    (addon,) = [a for a in _resources(built, "AWS::EKS::Addon", "cluster") if a["AddonName"] == ADDON]
+def test_addon_is_pinned_with_pod_identity_for_the_agent(kit):
+    (addon,) = [a for a in _resources(kit, "AWS::EKS::Addon", "cluster") if a["AddonName"] == ADDON]
     assert addon["AddonVersion"] == ADDON_VERSION
     (association,) = addon["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "cloudwatch-agent"
-    role = built.template("cluster").find_resources("AWS::IAM::Role", {"Properties": {"Description": Match.string_like_regexp(ADDON)}})
+    role = kit.template("cluster").find_resources("AWS::IAM::Role", {"Properties": {"Description": Match.string_like_regexp(ADDON)}})
     ((logical, props),) = role.items()
     assert association["RoleArn"] == {"Fn::GetAtt": [logical, "Arn"]}
     trust = props["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
@@ -82,8 +53,8 @@ def test_addon_is_pinned_with_pod_identity_for_the_agent(built):
     assert "CloudWatchAgentServerPolicy" in json.dumps(props["Properties"]["ManagedPolicyArns"])
 
 
-def test_addon_log_groups_are_encrypted_with_retention(built):
-    groups = [g for g in _resources(built, "AWS::Logs::LogGroup", "cluster") if "containerinsights" in json.dumps(g.get("LogGroupName"))]
+def test_addon_log_groups_are_encrypted_with_retention(kit):
+    groups = [g for g in _resources(kit, "AWS::Logs::LogGroup", "cluster") if "containerinsights" in json.dumps(g.get("LogGroupName"))]
     assert len(groups) == 4
     assert all(g["RetentionInDays"] == 365 and "KmsKeyId" in g for g in groups)
 
@@ -91,9 +62,9 @@ def test_addon_log_groups_are_encrypted_with_retention(built):
 @pytest.mark.parametrize("version", ["v1.5.2-eksbuild.1", "v3.0.9-eksbuild.2"])
 def test_addon_refuses_versions_without_efa_p5en_or_pod_identity(version):
     app = new_app()
-    plan = context.load_plan(None)
+    plan = plan_of()
     env = cdk.Environment(region=plan.region)
-    cl = ClusterStack(app, "c", plan=plan, network=NetworkStack(app, "n", plan=plan, env=env), env=env)
+    cl = ClusterStack(app, "c", plan=plan, vpc=NetworkStack(app, "n", plan=plan, env=env).vpc, env=env)
     with pytest.raises(ValueError, match="too old"):
         ContainerInsightsAddon(cl, "CI", cluster=cl.cluster, version=version)
     with pytest.raises(ValueError, match="not an EKS add-on version"):
@@ -103,26 +74,26 @@ def test_addon_refuses_versions_without_efa_p5en_or_pod_identity(version):
 # ---- Prometheus ----
 
 
-def test_collector_scrapes_the_cluster_into_the_workspace(built):
-    (scraper,) = _resources(built, "AWS::APS::Scraper")
-    (workspace,) = built.template().find_resources("AWS::APS::Workspace")
+def test_collector_scrapes_the_cluster_into_the_workspace(kit):
+    (scraper,) = _resources(kit, "AWS::APS::Scraper")
+    (workspace,) = kit.template("observability").find_resources("AWS::APS::Workspace")
     assert scraper["Destination"]["AmpConfiguration"]["WorkspaceArn"] == {"Fn::GetAtt": [workspace, "Arn"]}
     eks = scraper["Source"]["EksConfiguration"]
-    cluster_stack = built.stacks["cluster"].stack_name
+    cluster_stack = kit.stacks["cluster"].stack_name
     # The cluster's ARN and its cluster security group (which every node accepts traffic from).
     assert re.search(r"FnGetAttCluster\w*Arn", json.dumps(eks["ClusterArn"]))
     (group,) = eks["SecurityGroupIds"]
     assert "ClusterSecurityGroupId" in json.dumps(group)
     assert cluster_stack in json.dumps([eks["ClusterArn"], group])
     # Private subnets in every AZ (the collector needs at least two).
-    assert len(eks["SubnetIds"]) == len(built.plan.availability_zones) >= 2
+    assert len(eks["SubnetIds"]) == len(kit.plan.availability_zones) >= 2
     assert all("privateSubnet" in json.dumps(s) for s in eks["SubnetIds"])
 
 
-def test_collector_runs_the_rendered_scrape_configuration(built):
-    (scraper,) = _resources(built, "AWS::APS::Scraper")
+def test_collector_runs_the_rendered_scrape_configuration(kit):
+    (scraper,) = _resources(kit, "AWS::APS::Scraper")
     blob = base64.b64decode(scraper["ScrapeConfiguration"]["ConfigurationBlob"]).decode()
-    assert blob == scrape.render(built.plan)
+    assert blob == scrape.render(kit.plan)
     jobs = [j["job_name"] for j in yaml.safe_load(blob)["scrape_configs"]]
     assert jobs == [catalog.SGLANG_JOB, catalog.ROUTER_JOB]
 
@@ -130,19 +101,19 @@ def test_collector_runs_the_rendered_scrape_configuration(built):
 # ---- functions ----
 
 
-def test_functions_run_every_minute_with_fixed_names(built):
-    functions = {f["FunctionName"]: f for f in _resources(built, "AWS::Lambda::Function")}
-    assert set(functions) == {alarms.function_name(built.plan, "block-clock"), alarms.function_name(built.plan, "serving-metrics")}
-    rules = _resources(built, "AWS::Events::Rule")
+def test_functions_run_every_minute_with_fixed_names(kit):
+    functions = {f["FunctionName"]: f for f in _resources(kit, "AWS::Lambda::Function")}
+    assert set(functions) == {alarms.function_name(kit.plan, "block-clock"), alarms.function_name(kit.plan, "serving-metrics")}
+    rules = _resources(kit, "AWS::Events::Rule")
     assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"] * 2
-    clock = functions[alarms.function_name(built.plan, "block-clock")]
-    assert clock["Environment"]["Variables"]["RESERVATION_ID"] == built.plan.reservation_id
-    serving = functions[alarms.function_name(built.plan, "serving-metrics")]
-    assert serving["Environment"]["Variables"]["ROLES"] == ",".join(built.plan.roles)
+    clock = functions[alarms.function_name(kit.plan, "block-clock")]
+    assert clock["Environment"]["Variables"]["RESERVATION_ID"] == kit.plan.reservation_id
+    serving = functions[alarms.function_name(kit.plan, "serving-metrics")]
+    assert serving["Environment"]["Variables"]["ROLES"] == ",".join(kit.plan.roles)
 
 
-def test_functions_may_only_write_their_own_namespace(built):
-    policies = json.dumps(_resources(built, "AWS::IAM::ManagedPolicy"))
+def test_functions_may_only_write_their_own_namespace(kit):
+    policies = json.dumps(_resources(kit, "AWS::IAM::ManagedPolicy"))
     for namespace in (catalog.SERVING_NAMESPACE, catalog.BLOCK_NAMESPACE):
         assert f'"cloudwatch:namespace": "{namespace}"' in policies
     assert "aps:QueryMetrics" in policies
@@ -151,10 +122,6 @@ def test_functions_may_only_write_their_own_namespace(built):
 @pytest.mark.parametrize("modules", [BLOCK_CLOCK_MODULES, SERVING_METRICS_MODULES])
 def test_function_bundles_import_with_only_what_they_ship(tmp_path, modules):
     """The asset holds only the listed pdkit files: an import of anything else fails in Lambda, not here."""
-    import shutil
-    import subprocess
-    import sys
-
     root = profile_files.ROOT / "pdkit"
     for module in ("__init__.py", "functions/__init__.py", *modules):
         (tmp_path / "pdkit" / module).parent.mkdir(parents=True, exist_ok=True)
@@ -167,11 +134,11 @@ def test_function_bundles_import_with_only_what_they_ship(tmp_path, modules):
 # ---- alarms ----
 
 
-def test_every_alarm_notifies_the_capacity_topic_on_alarm_and_ok(built):
-    topic = built.template("capacity").find_resources("AWS::SNS::Topic")
+def test_every_alarm_notifies_the_capacity_topic_on_alarm_and_ok(kit):
+    topic = kit.template("capacity").find_resources("AWS::SNS::Topic")
     (topic_id,) = topic
-    found = _resources(built, "AWS::CloudWatch::Alarm")
-    assert len(found) == len(alarms.alarms(built.plan))
+    found = _resources(kit, "AWS::CloudWatch::Alarm")
+    assert len(found) == len(alarms.alarms(kit.plan))
     for alarm in found:
         assert alarm["ActionsEnabled"] is True
         for actions in (alarm["AlarmActions"], alarm["OKActions"]):
@@ -179,9 +146,9 @@ def test_every_alarm_notifies_the_capacity_topic_on_alarm_and_ok(built):
             assert topic_id in json.dumps(action)
 
 
-def test_cloudwatch_may_publish_to_the_encrypted_topic(built):
+def test_cloudwatch_may_publish_to_the_encrypted_topic(kit):
     """Without these two statements CloudWatch's publish to a KMS-encrypted topic fails silently."""
-    capacity = built.template_json("capacity")
+    capacity = kit.template_json("capacity")
     policies = [r for r in capacity["Resources"].values() if r["Type"] == "AWS::SNS::TopicPolicy"]
     assert any(
         s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"} and s["Effect"] == "Allow"
@@ -196,23 +163,23 @@ def test_cloudwatch_may_publish_to_the_encrypted_topic(built):
     assert set(grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
 
 
-def test_per_node_alarms_follow_nodes_that_join_with_the_block(built):
+def test_per_node_alarms_follow_nodes_that_join_with_the_block(kit):
     """Node names exist only while a block runs: per-node alarms must be queries, not fixed dimensions."""
     for key in ("node-not-ready", "gpus-missing", "efa-devices-missing", "efa-drops"):
-        (query,) = _alarm(built, key)["Metrics"]
+        (query,) = _alarm(kit, key)["Metrics"]
         assert query["Expression"].startswith("SELECT")
         assert "GROUP BY NodeName" in query["Expression"]
-        assert f"ClusterName = '{built.plan.cluster_name}'" in query["Expression"]
+        assert f"ClusterName = '{kit.plan.cluster_name}'" in query["Expression"]
 
 
-def test_alarms_stay_quiet_without_data(built):
+def test_alarms_stay_quiet_without_data(kit):
     """No block, no nodes or no traffic is not an incident (the pipeline alarms watch the feeds)."""
-    assert {a["TreatMissingData"] for a in _resources(built, "AWS::CloudWatch::Alarm")} == {"notBreaching"}
+    assert {a["TreatMissingData"] for a in _resources(kit, "AWS::CloudWatch::Alarm")} == {"notBreaching"}
 
 
 def test_thresholds_from_the_profile_reach_the_template(raw_with):
     raw = raw_with("observability.tpot_p99_ms", 25, "observability.ttft_p99_ms", 2500, "observability.block_end_warning_minutes", 90)
-    changed = build(plan_mod.build(profile_files.parse(raw), profile_path="<test>"))
+    changed = synth(raw)
     assert _alarm(changed, "tpot-p99")["Threshold"] == 25
     assert _alarm(changed, "ttft-p99")["Threshold"] == 2500
     assert _alarm(changed, "block-ending")["Threshold"] == 90
@@ -220,12 +187,12 @@ def test_thresholds_from_the_profile_reach_the_template(raw_with):
     assert "left > 90" in gate
 
 
-def test_expert_imbalance_alarm_reads_the_published_figure_per_role(built):
+def test_expert_imbalance_alarm_reads_the_published_figure_per_role(kit):
     """The alarm compares the serving-metrics function's ExpertBalancedness (PDKit/Serving, per Role) with
     observability.expert_balancedness_min over 15 one-minute periods (AWS::CloudWatch::Alarm MetricDataQuery)."""
-    for role in built.plan.roles:
-        alarm = _alarm(built, f"expert-imbalance-{role}")
-        assert alarm["Threshold"] == built.plan.profile.observability.expert_balancedness_min
+    for role in kit.plan.roles:
+        alarm = _alarm(kit, f"expert-imbalance-{role}")
+        assert alarm["Threshold"] == kit.plan.alarms.expert_balancedness_min
         assert alarm["ComparisonOperator"] == "LessThanThreshold"
         assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (15, 15)
         (query,) = alarm["Metrics"]
@@ -234,24 +201,24 @@ def test_expert_imbalance_alarm_reads_the_published_figure_per_role(built):
         assert {"Name": "Role", "Value": role} in metric["Dimensions"]
 
 
-def test_serving_dashboard_in_the_template_has_per_rank_panels(built):
-    (serving,) = [d for d in _resources(built, "AWS::CloudWatch::Dashboard") if d["DashboardName"].endswith("-serving")]
+def test_serving_dashboard_in_the_template_has_per_rank_panels(kit):
+    (serving,) = [d for d in _resources(kit, "AWS::CloudWatch::Dashboard") if d["DashboardName"].endswith("-serving")]
     body = json.dumps(serving["DashboardBody"])
     for metric in ("RankRunningRequests", "RankQueuedRequests", "RankKvCacheUsage", "DpTokenImbalance", "ExpertBalancedness"):
         assert metric in body
 
 
-def test_default_thresholds_in_the_template(built):
-    assert _alarm(built, "tpot-p99")["Threshold"] == built.plan.profile.observability.tpot_p99_ms
-    assert _alarm(built, "block-ending")["Threshold"] == built.plan.drain_lead_minutes
+def test_default_thresholds_in_the_template(kit):
+    assert _alarm(kit, "tpot-p99")["Threshold"] == kit.plan.alarms.tpot_p99_ms
+    assert _alarm(kit, "block-ending")["Threshold"] == kit.plan.drain_lead_minutes
 
 
 # ---- dashboards ----
 
 
-def test_two_dashboards_named_after_the_deployment(built):
-    names = sorted(d["DashboardName"] for d in _resources(built, "AWS::CloudWatch::Dashboard"))
-    assert names == [f"{built.plan.name}-infrastructure", f"{built.plan.name}-serving"]
+def test_two_dashboards_named_after_the_deployment(kit):
+    names = sorted(d["DashboardName"] for d in _resources(kit, "AWS::CloudWatch::Dashboard"))
+    assert names == [f"{kit.plan.name}-infrastructure", f"{kit.plan.name}-serving"]
 
 
 # ---- policy ----

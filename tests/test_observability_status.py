@@ -6,12 +6,13 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import boto3
+import pytest
 from botocore.stub import Stubber
 
-from pdkit.cli import context
 from pdkit.ops import status_metrics
+from tests.conftest import plan_of
 
-PLAN = context.load_plan(None)
+PLAN = plan_of()
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
@@ -46,45 +47,35 @@ def test_no_data_reads_wait_not_ok():
     assert {f.state for f in figures} == {"WAIT"}
 
 
-def test_latest_point_wins_and_within_limits_is_ok():
-    tpot = PLAN.profile.observability.tpot_p99_ms
-    figures = _by_item(status_metrics.headline(PLAN, [_result("tpot_p99", tpot - 1, tpot + 50)]))
-    assert figures["TPOT p99 (decode)"].state == "OK"
-    assert figures["TPOT p99 (decode)"].value == tpot - 1
+TPOT = PLAN.alarms.tpot_p99_ms
+DRAIN = PLAN.drain_lead_minutes
 
 
-def test_tpot_above_the_profile_threshold_fails():
-    tpot = PLAN.profile.observability.tpot_p99_ms
-    figure = _by_item(status_metrics.headline(PLAN, [_result("tpot_p99", tpot + 5)]))["TPOT p99 (decode)"]
-    assert figure.state == "FAIL"
-    assert f"limit {tpot:g}" in figure.detail
-
-
-def test_fewer_healthy_replicas_than_planned_fails():
-    figures = _by_item(
-        status_metrics.headline(
-            PLAN, [_result("healthy_decode", PLAN.decode.replicas - 1), _result("healthy_prefill", PLAN.prefill.replicas)]
-        )
-    )
-    assert figures["decode replicas healthy"].state == "FAIL"
-    assert figures["prefill replicas healthy"].state == "OK"
-
-
-def test_block_inside_the_drain_lead_fails():
-    figure = _by_item(status_metrics.headline(PLAN, [_result("block_left", PLAN.drain_lead_minutes - 1)]))["block minutes left"]
-    assert figure.state == "FAIL"
-    assert figure.detail.startswith(f"{PLAN.drain_lead_minutes - 1} min")
-
-
-def test_any_efa_drop_fails():
-    assert _by_item(status_metrics.headline(PLAN, [_result("efa_drops", 0.2)]))["EFA receive drops/s (all nodes)"].state == "FAIL"
-    assert _by_item(status_metrics.headline(PLAN, [_result("efa_drops", 0.0)]))["EFA receive drops/s (all nodes)"].state == "OK"
+@pytest.mark.parametrize(
+    ("results", "item", "state", "detail"),
+    [
+        # The latest point wins (results come newest first); within the profile's limit is OK.
+        ([_result("tpot_p99", TPOT - 1, TPOT + 50)], "TPOT p99 (decode)", "OK", f"{TPOT - 1:g} ms"),
+        ([_result("tpot_p99", TPOT + 5)], "TPOT p99 (decode)", "FAIL", f"{TPOT + 5:g} ms (limit {TPOT:g}"),
+        ([_result("healthy_decode", PLAN.decode.replicas - 1)], "decode replicas healthy", "FAIL", ""),
+        ([_result("healthy_prefill", PLAN.prefill.replicas)], "prefill replicas healthy", "OK", ""),
+        ([_result("block_left", DRAIN - 1)], "block minutes left", "FAIL", f"{DRAIN - 1} min"),
+        ([_result("efa_drops", 0.2)], "EFA receive drops/s (all nodes)", "FAIL", ""),
+        ([_result("efa_drops", 0.0)], "EFA receive drops/s (all nodes)", "OK", ""),
+    ],
+)
+def test_each_figure_against_its_limit(results, item, state, detail):
+    """TPOT above the profile's threshold, fewer healthy replicas than planned, a block inside the drain lead and any
+    EFA drop each FAIL their row; the row names the limit or the value."""
+    figure = _by_item(status_metrics.headline(PLAN, results))[item]
+    assert figure.state == state
+    assert figure.detail.startswith(detail)
 
 
 def test_a_rehearsal_asks_for_no_block_clock():
     """On demand there is no Capacity Reservation: a CapacityReservationId dimension would name the placeholder
     cr-00000000000000000, a metric nothing publishes, and `status --metrics` would WAIT on it forever."""
-    rehearsal = context.load_plan("rehearsal-glm51-fp8-2p2d")
+    rehearsal = plan_of("rehearsal-glm51-fp8-2p2d")
     queries = status_metrics.queries(rehearsal)
     dims = [d["Name"] for q in queries for d in q["MetricStat"]["Metric"]["Dimensions"]]
     assert "CapacityReservationId" not in dims

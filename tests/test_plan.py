@@ -76,11 +76,27 @@ def test_cost_estimate_uses_the_profile_price(raw_with):
     assert p.estimates.block_cost_usd == 200.0 * 48
 
 
+def test_a_gpu_pod_requests_three_quarters_of_its_node_and_an_eighth_for_shm(seed):
+    """p5en.48xlarge has 192 vCPUs and 2,048 GiB (EC2 accelerated-computing instance table): the pod that has the
+    node to itself requests 144 CPUs and 1,536 GiB, leaving a quarter to kubelet and the node's daemons, and
+    /dev/shm is 256 GiB. Decided once in the plan; serving and validation pods both render it."""
+    assert seed.gpu_pod == plan.GpuPod(cpu=144, memory_mib=1_572_864, shm_mib=262_144)
+
+
 def test_plan_json_is_plain_data(seed):
     data = json.loads(json.dumps(seed.to_dict()))
     assert data["roles"]["decode"]["cross_node_moe_messages_per_token"] == 150
     assert data["instance"]["gpu_memory_gb"] == 151.4
     assert "settings" not in data["roles"]["decode"]
+
+
+def test_the_plan_decides_what_the_renderers_used_to_read_from_the_profile(raw_with):
+    """Renderers read decisions, never the profile: the plan carries no profile, and each switch is decided once."""
+    p = plan.build(profile_files.parse(raw_with("ami.source", "custom", "serving.kv_transfer", "nixl", "cluster.system_nodes.count", 3)))
+    assert not hasattr(p, "profile")
+    assert (p.custom_ami, p.ami_source, p.kv_transfer, p.runs_mooncake) == (True, "custom", "nixl", False)
+    assert (p.system_nodes.count, p.system_nodes.max_count) == (3, 6)
+    assert p.to_dict()["custom_ami"] is True
 
 
 # The memory model against AWS's measured p5en 2P2D points (awslabs/awsome-distributed-ai,
@@ -128,7 +144,7 @@ def test_seed_memory_fraction_is_derived_near_aws_working_points(seed):
     """Issue 14 item 3: the seed decode ran at 0.85, above the 0.82 at which AWS's UCCL-EP decode OOMed in graph
     capture; derived from the memory model it lands between AWS's UCCL-EP (0.70) and DP-attention (0.78) points,
     and prefill at or below the 0.82 AWS's prefill ran at."""
-    assert seed.profile.roles.decode.mem_fraction_static is None
+    assert seed.decode.settings.mem_fraction_static is None
     assert 0.70 <= seed.decode.mem_fraction_static <= 0.78
     assert seed.decode.mem_fraction_static == seed.decode.memory.mem_fraction_derived
     assert seed.prefill.mem_fraction_static <= 0.82

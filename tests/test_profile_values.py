@@ -45,17 +45,17 @@ def _resources(kit: Kit, stack: str, kind: str) -> dict[str, dict[str, Any]]:
 
 def test_the_profile_really_differs_from_the_default(other, kit):
     """Guards the fixture itself: every value below is not the default's."""
-    mine, default = other.plan.profile, kit.plan.profile
+    mine, default = other.plan, kit.plan
     assert mine.network.vpc_cidr != default.network.vpc_cidr
     assert mine.network.flow_log_retention_days != default.network.flow_log_retention_days
-    assert mine.cluster.log_retention_days != default.cluster.log_retention_days
-    assert mine.observability.block_end_warning_minutes != default.observability.block_end_warning_minutes
-    assert mine.aws.availability_zone != default.aws.availability_zone
-    assert mine.cluster.system_nodes.count != default.cluster.system_nodes.count
+    assert mine.log_retention_days != default.log_retention_days
+    assert mine.drain_lead_minutes != default.drain_lead_minutes
+    assert mine.block_az != default.block_az
+    assert mine.system_nodes.count != default.system_nodes.count
     assert mine.network.nat_gateways != default.network.nat_gateways
     assert mine.name != default.name
-    assert mine.capacity.reservation_id != default.capacity.reservation_id
-    assert mine.capacity.instance_type != default.capacity.instance_type
+    assert mine.reservation_id != default.reservation_id
+    assert mine.instance.name != default.instance.name
 
 
 def test_vpc_and_every_subnet_use_the_profiles_cidr(other):

@@ -13,8 +13,7 @@ from pdkit.cli.context import load_plan
 from pdkit.cli.main import main
 from tests.test_cmd_preflight import PINS, addon_versions, stub_lambda, stub_node_image
 
-pytest_plugins = ["tests.fixtures.cmd_fixtures"]
-from tests.test_cmd_preflight import pins  # noqa: E402,F401  (the add-on pins fixture)
+pytest_plugins = ["tests.fixtures.cmd_fixtures"]  # aws, and pins: the add-on pins fixture
 
 PROFILE = "rehearsal-glm51-fp8-2p2d"
 NAME = "rehearsal-glm51-2p2d"
@@ -53,7 +52,7 @@ def checks(capsys) -> dict[str, dict[str, str]]:
     return {r["name"]: r for r in json.loads(capsys.readouterr().out)["checks"]}
 
 
-def test_rehearsal_fails_on_a_short_on_demand_p_quota(aws, pins, capsys):  # noqa: F811
+def test_rehearsal_fails_on_a_short_on_demand_p_quota(aws, pins, capsys):
     stub(aws, quota=32.0)
     assert main(["preflight", "--profile", PROFILE, "--output", "json"]) == 1
     rows = checks(capsys)
@@ -65,7 +64,7 @@ def test_rehearsal_fails_on_a_short_on_demand_p_quota(aws, pins, capsys):  # noq
     assert "--quota-code L-417A185B --desired-value 64" in quota["fix"]
 
 
-def test_rehearsal_passes_with_room_in_the_quota(aws, pins, capsys):  # noqa: F811
+def test_rehearsal_passes_with_room_in_the_quota(aws, pins, capsys):
     stub(aws, quota=64.0)
     main(["preflight", "--profile", PROFILE, "--output", "json"])
     rows = checks(capsys)
@@ -75,7 +74,7 @@ def test_rehearsal_passes_with_room_in_the_quota(aws, pins, capsys):  # noqa: F8
     assert "Interconnect" not in rows
 
 
-def test_rehearsal_fails_without_the_blocks_images_in_the_blocks_region(aws, pins, capsys):  # noqa: F811
+def test_rehearsal_fails_without_the_blocks_images_in_the_blocks_region(aws, pins, capsys):
     """The rehearsal builds no image and pulls the block's from the block's registry, so preflight asks the block
     region's ECR (eu-south-2, not the rehearsal's eu-north-1) for every tag, and a missing one FAILs with the fix."""
     stub(aws, quota=64.0, missing="router")

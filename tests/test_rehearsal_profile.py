@@ -18,11 +18,11 @@ import yaml
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from pdkit import deployment
+from pdkit.deployment import RehearsalMismatch
 from pdkit.errors import KitError, ProfileError
 from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
 from pdkit.model.plan import STACKS
-from pdkit.rehearsal_rules import RehearsalMismatch
 from tests.conftest import synth
 from tests.test_snapshots import normalize
 
@@ -261,7 +261,7 @@ def test_rehearsal_builds_no_image_and_runs_the_blocks(rehearsal_kit, kit):
     assert plan.region != block_plan.region
     assert set(plan.images) == set(block_plan.images)
     for name, image in plan.images.items():
-        # Tags are content hashes of containers/ (equal to the block's: rehearsal_rules.check), repositories the block's.
+        # Tags are content hashes of containers/ (equal to the block's: deployment.check), repositories the block's.
         assert image.repository == block_plan.images[name].repository
         assert f".dkr.ecr.{block_plan.region}.amazonaws.com/{image.repository}:{image.tag}" in outputs, name
     assert f".dkr.ecr.{block_plan.region}." in serving

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pdkit.cli.commands.rehearse import admin_key_shell
 from pdkit.cli.context import load_plan
 from pdkit.cli.main import main
 from pdkit.errors import KitError
 from pdkit.ops import rehearsal
+from pdkit.ops.timeline import bundle, phases
+from tests.conftest import plan_of
 from tests.fixtures.cmd_support import AwsStubs, profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 PROFILE = "config/glm51-fp8-2p2d.yaml"
 ACCOUNT = "123456789012"
-
-
-@pytest.fixture(scope="module")
-def plan() -> Any:
-    return load_plan(PROFILE)
 
 
 # --- cost estimate --------------------------------------------------------------------------------------
@@ -43,7 +42,7 @@ def test_estimate_is_gpu_price_times_count_times_hours_plus_cluster_and_nat(pric
     gpu = table["on_demand_usd_per_hour"][plan.region][plan.instance.name]
     nat = table["nat_gateway_usd_per_hour"][plan.region]
     est = rehearsal.estimate(plan, hours=1.5)
-    expected = 1.5 * (gpu * plan.instance_count + table["eks_cluster_usd_per_hour"] + nat * plan.profile.network.nat_gateways)
+    expected = 1.5 * (gpu * plan.instance_count + table["eks_cluster_usd_per_hour"] + nat * plan.network.nat_gateways)
     assert est.usd == pytest.approx(expected)
     assert [line.hours for line in est.lines] == [1.5, 1.5, 1.5]
     assert est.as_of == table["as_of"]
@@ -153,10 +152,7 @@ def test_validate_runs_before_serving_is_restored() -> None:
 
 def test_admin_key_step_creates_the_secret_only_when_missing() -> None:
     """The pods read NAME-sglang-admin with optional: false; the step keeps an existing key (get || create)."""
-    from pdkit.cli.commands.rehearse import admin_key_shell
-    from pdkit.cli.context import load_plan
-
-    shell = admin_key_shell(load_plan(REHEARSAL))
+    shell = admin_key_shell(plan_of(REHEARSAL))
     get, create = shell.split(" || ")
     assert get.startswith("kubectl -n pd-serving get secret ")
     assert get.endswith("-sglang-admin >/dev/null 2>&1")
@@ -200,10 +196,8 @@ def test_startup_write_up_sets_the_measured_timeline_beside_the_plan(tmp_path: P
     """The rehearsal's start-up report is pdkit.ops.timeline's per-phase budget, built offline from a captured bundle; the
     fixture bundle is in the real formats of EC2 responses, Kubernetes events and SGLang/stager log lines
     (tests/fixtures/timeline/cold-boot/README.md)."""
-    from pdkit.ops.timeline import bundle, phases
-
     fixture = Path(__file__).parent / "fixtures" / "timeline" / "cold-boot"
-    written = rehearsal.write_startup(plan_ := load_plan("glm51-fp8-2p2d"), fixture, tmp_path / "report" / "startup.md")
+    written = rehearsal.write_startup(plan_ := plan_of(), fixture, tmp_path / "report" / "startup.md")
     text = written.read_text()
     timeline = phases.build(plan_, bundle.read(fixture))
     staging = next(b for b in timeline.budget if b.phase == "weights staging")
@@ -343,9 +337,7 @@ def test_command_shows_cost_first_then_stops_at_failure_tears_down_and_prints_re
     """End to end with a fake subprocess runner: the estimate precedes any command, a failed `pdkit validate` stops the
     run before bench, --yes tears down, the teardown is verified against stubbed AWS (EC2/EKS/CloudFormation/tagging
     APIs as in the tests above) and the checklist ends with the exact resume command."""
-    import subprocess
-
-    rplan = load_plan(REHEARSAL)
+    rplan = plan_of(REHEARSAL)
     calls: list[list[str]] = []
 
     def fake_call(argv: list[str]) -> int:

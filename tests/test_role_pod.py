@@ -14,48 +14,20 @@ from pdkit.model import profile_files
 from pdkit.model.profile import Profile
 from pdkit.model.thresholds import derive
 from pdkit.render import fabric as fabric
-from pdkit.render.serving import inputs, manifests, names
+from tests.fixtures.serving import BASELINE_CAPABILITIES, of_kind, process_env, rendered, role_pods
 
 VALIDATION_IMAGE = "registry.example/validation:v1"
 SERVING_IMAGE = "registry.example/sglang-efa:v1"
 ENFORCE = "pod-security.kubernetes.io/enforce"
-# Capabilities Pod Security "baseline" admits (https://kubernetes.io/docs/concepts/security/pod-security-standards/).
-BASELINE_CAPABILITIES = {
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-}
 
 
 def _plan(raw):
     return plan_mod.build(Profile.model_validate(raw), profile_path="test.yaml")
 
 
-def _seed():
-    return _plan(yaml.safe_load(profile_files.resolve(None).read_text()))
-
-
 def _serving(plan):
-    objs = manifests.render(plan, inputs.from_plan(plan, image=SERVING_IMAGE))
-    (ns,) = [o for o in objs if o["kind"] == "Namespace"]
-    pods = {
-        r["name"]: r["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-        for o in objs
-        if o["kind"] == "DisaggregatedSet"
-        for r in o["spec"]["roles"]
-    }
-    config = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == names.config_map(plan))
-    return ns, pods, config["data"], objs
+    objs = rendered(plan, image=SERVING_IMAGE)
+    return of_kind(objs, "Namespace")[0], role_pods(objs), objs
 
 
 def _validation(plan):
@@ -63,35 +35,40 @@ def _validation(plan):
     return bundle, {spec.key: spec.job["spec"]["template"]["spec"] for spec in bundle.jobs}
 
 
-def test_uccl_check_runs_with_decodes_image_resources_security_and_environment():
-    """A pass must predict serving: the UCCL-EP low-latency benchmark exercises deep_ep, libfabric and
-    the EFA devices exactly as decode's SGLang does, so it gets decode's image, requests and limits,
-    container and pod security context and every variable decode's SGLang process sees (the fabric
-    ConfigMap plus the role's own). Before, it ran in the validation image with the fabric variables only."""
-    plan = _seed()
-    _, pods, config, _ = _serving(plan)
-    decode = pods["decode"]
-    (sglang,) = decode["containers"]
-    _, jobs = _validation(plan)
-    pod = jobs["uccl-decode-0"]
-    (check,) = pod["containers"]
-    assert check["image"] == sglang["image"] == SERVING_IMAGE
-    assert check["resources"] == sglang["resources"]
-    assert check["securityContext"] == sglang["securityContext"]
-    assert pod["securityContext"] == decode["securityContext"]
-    # Every plain variable; the admin key (a Secret reference) is for SGLang's HTTP server only.
-    serving_env = {**config, **{e["name"]: e["value"] for e in sglang.get("env", []) if "value" in e}}
-    check_env = {e["name"]: e["value"] for e in check["env"] if "value" in e}
-    assert {k: check_env.get(k) for k in serving_env} == serving_env
+@pytest.mark.parametrize(
+    ("check", "role", "extra_env"),
+    [("uccl-decode-0", "decode", True), ("mooncake-prefill", "prefill", False), ("mooncake-decode", "decode", False)],
+)
+def test_a_roles_check_runs_with_its_image_resources_security_and_environment(plan, check, role, extra_env):
+    """A pass must predict serving, so a check that stands for a role runs in that role's serving pod spec:
+    image, requests and limits, container and pod security context, and every plain variable the role's SGLang
+    process sees (the ConfigMap plus the role's own; the admin key, a Secret reference, is for SGLang's HTTP
+    server only).
+    - UCCL-EP's low-latency benchmark exercises deep_ep, libfabric and the EFA devices exactly as decode's SGLang
+      does; before, it ran in the validation image with the fabric variables only (it adds its own on top).
+    - Mooncake: SGLang's prefill writes KV into decode's GPU memory through Mooncake
+      (sglang/srt/disaggregation/mooncake/conn.py), so the initiator runs as prefill and the target as decode,
+      with exactly their variables (FI_HMEM, MOONCAKE_PROTOCOL and the rest)."""
+    objs = rendered(plan, image=SERVING_IMAGE)
+    serving = role_pods(objs)[role]
+    (sglang,) = serving["containers"]
+    pod = _validation(plan)[1][check]
+    (probe,) = pod["containers"]
+    assert probe["image"] == sglang["image"] == SERVING_IMAGE
+    assert probe["resources"] == sglang["resources"]
+    assert probe["securityContext"] == sglang["securityContext"]
+    assert pod["securityContext"] == serving["securityContext"]
+    serving_env = process_env(plan, objs, sglang)
+    check_env = {e["name"]: e["value"] for e in probe["env"] if "value" in e}
+    assert ({k: check_env.get(k) for k in serving_env} if extra_env else check_env) == serving_env
 
 
-def test_serving_and_validation_run_the_same_seccomp_profile():
+def test_serving_and_validation_run_the_same_seccomp_profile(plan):
     """Before, serving pods set no seccompProfile (kubelet's default: Unconfined unless --seccomp-default,
     https://kubernetes.io/docs/tutorials/security/seccomp/) and the validation pods RuntimeDefault, under
     which get_mempolicy/mbind/set_mempolicy need CAP_SYS_NICE (moby profiles/seccomp/default.json): a
     NUMA call could fail in validation and pass in serving. Now both follow the role's setting."""
-    plan = _seed()
-    _, pods, _, _ = _serving(plan)
+    _, pods, _ = _serving(plan)
     _, jobs = _validation(plan)
     for role in plan.roles:
         assert "seccompProfile" not in pods[role]["securityContext"]
@@ -124,7 +101,7 @@ def test_the_escape_hatch_reaches_serving_and_validation_alike():
     capability, and both namespaces lower enforcement to "privileged" (there is no level between
     baseline and privileged that admits an added capability). Prefill keeps the unprivileged default."""
     plan = _plan(_with_hatch({"capabilities": ["SYS_NICE", "IPC_LOCK"]}, "privileged"))
-    ns, pods, _, objs = _serving(plan)
+    ns, pods, objs = _serving(plan)
     assert ns["metadata"]["labels"][ENFORCE] == "privileged"
     (decode,) = pods["decode"]["containers"]
     assert decode["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE", "IPC_LOCK"]}
@@ -145,7 +122,7 @@ def test_privileged_escape_hatch_allows_escalation_as_the_api_requires():
     (k8s.io/kubernetes pkg/apis/core/validation: "cannot set `allowPrivilegeEscalation` to false and
     `privileged` to true")."""
     plan = _plan(_with_hatch({"privileged": True}, "privileged"))
-    _, pods, _, _ = _serving(plan)
+    _, pods, _ = _serving(plan)
     ctx = pods["decode"]["containers"][0]["securityContext"]
     assert ctx["privileged"] is True
     assert ctx["allowPrivilegeEscalation"] is True
@@ -158,7 +135,7 @@ def test_runtime_default_applies_to_both_and_lets_validation_enforce_restricted(
     raw = _with_hatch({"seccomp": "RuntimeDefault"})
     raw["roles"]["prefill"]["security"] = {"seccomp": "RuntimeDefault"}
     plan = _plan(raw)
-    ns, pods, _, _ = _serving(plan)
+    ns, pods, _ = _serving(plan)
     assert ns["metadata"]["labels"][ENFORCE] == "baseline"
     bundle, jobs = _validation(plan)
     assert bundle.namespace["metadata"]["labels"][ENFORCE] == "restricted"

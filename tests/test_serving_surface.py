@@ -9,47 +9,25 @@ import json
 import re
 from pathlib import Path
 
-import kubernetes_validate
 import pytest
 import yaml
 
-from pdkit.model import plan as plan_mod
 from pdkit.model import profile_files
 from pdkit.render import node_config
-from pdkit.render.serving import inputs, manifests, names
+from pdkit.render.serving import manifests, names
 from pdkit.render.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT
 from pdkit.render.serving.sglang_args import SGLANG_PORT
+from tests.conftest import plan_of
+from tests.fixtures.serving import of_kind, one, pod_templates, rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 SGLANG_HELP = ROOT / "conformance" / "help" / "sglang-0.5.23-launch_server.txt"
 PROFILES = profile_files.available_profiles()
 
 
-def load(name=None):
-    prof, path = profile_files.load(name)
-    return plan_mod.build(prof, profile_path=path)
-
-
 @pytest.fixture(scope="module")
-def seed():
-    return load()
-
-
-@pytest.fixture(scope="module")
-def objs(seed):
-    return manifests.render(seed, inputs.from_plan(seed))
-
-
-def _of(objs, kind):
-    return [o for o in objs if o["kind"] == kind]
-
-
-def _pod_templates(objs):
-    for o in objs:
-        if o["kind"] == "LeaderWorkerSet":
-            yield o["spec"]["leaderWorkerTemplate"]["workerTemplate"]
-        elif o["kind"] == "Deployment":
-            yield o["spec"]["template"]
+def objs(plan):
+    return rendered(plan)
 
 
 def _selects(selector, labels):
@@ -59,29 +37,30 @@ def _selects(selector, labels):
 # --- NetworkPolicy --------------------------------------------------------------------------------
 
 
-def test_every_serving_pod_is_behind_an_ingress_policy(seed, objs):
+def test_every_serving_pod_is_behind_an_ingress_policy(plan, objs):
     """A pod no NetworkPolicy selects accepts everything (https://kubernetes.io/docs/concepts/services-networking/network-policies/#the-two-sorts-of-pod-isolation):
     every SGLang and router pod must be selected by an Ingress policy of its namespace."""
-    policies = _of(objs, "NetworkPolicy")
+    policies = of_kind(objs, "NetworkPolicy")
     assert policies
-    for template in _pod_templates(objs):
+    owners = []
+    for owner, template in pod_templates(objs):
         labels = template["metadata"]["labels"]
         chosen = [p for p in policies if _selects(p["spec"]["podSelector"], labels) and "Ingress" in p["spec"]["policyTypes"]]
-        assert chosen, labels
-    version = f"{seed.kubernetes_version}.0"
-    for p in policies:
-        assert p["metadata"]["namespace"] == names.namespace(seed)
-        kubernetes_validate.validate(p, version, strict=True)
+        assert chosen, (owner, labels)
+        owners.append(owner)
+    assert len(owners) == len(plan.roles) + 1, "every role's pods and the router's"
+    # Valid for the cluster's version with every other object: tests/test_serving_manifests.py.
+    assert {p["metadata"]["namespace"] for p in policies} == {names.namespace(plan)}
 
 
-def test_only_the_router_and_the_role_pods_reach_sglang(seed, objs):
+def test_only_the_router_and_the_role_pods_reach_sglang(plan, objs):
     """Ingress to SGLang: the router on SGLang's HTTP port, the deployment's own SGLang pods on every
     port (NCCL/UCCL/torch bootstrap, dist-init, the PD bootstrap server, Mooncake's handshake), and the
     managed Prometheus collector on the HTTP port by VPC address (its ENIs are not pods). Nothing else:
     no other pod selector, no namespace selector, no other port."""
-    (policy,) = [p for p in _of(objs, "NetworkPolicy") if p["metadata"]["name"] == f"{seed.name}-sglang"]
-    sglang_labels = {names.PART_OF_LABEL: seed.name, names.COMPONENT_LABEL: "sglang"}
-    router_labels = {names.PART_OF_LABEL: seed.name, names.COMPONENT_LABEL: "router"}
+    (policy,) = [p for p in of_kind(objs, "NetworkPolicy") if p["metadata"]["name"] == f"{plan.name}-sglang"]
+    sglang_labels = {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}
+    router_labels = {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "router"}
     assert policy["spec"]["podSelector"] == {"matchLabels": sglang_labels}
     rules = policy["spec"]["ingress"]
     by_source = {json.dumps(r["from"], sort_keys=True): r.get("ports") for r in rules}
@@ -89,7 +68,7 @@ def test_only_the_router_and_the_role_pods_reach_sglang(seed, objs):
     assert by_source == {
         json.dumps([{"podSelector": {"matchLabels": router_labels}}], sort_keys=True): http,
         json.dumps([{"podSelector": {"matchLabels": sglang_labels}}], sort_keys=True): None,
-        json.dumps([{"ipBlock": {"cidr": str(seed.profile.network.vpc_cidr)}}], sort_keys=True): http,
+        json.dumps([{"ipBlock": {"cidr": str(plan.network.vpc_cidr)}}], sort_keys=True): http,
     }
     # The router's worker URLs and the scrape configuration use exactly this port.
     from pdkit.render.observability import catalog
@@ -97,8 +76,8 @@ def test_only_the_router_and_the_role_pods_reach_sglang(seed, objs):
     assert catalog.SGLANG_PORT == SGLANG_PORT
 
 
-def test_the_router_answers_only_on_its_ports(seed, objs):
-    (policy,) = [p for p in _of(objs, "NetworkPolicy") if p["metadata"]["name"] == names.router_name(seed)]
+def test_the_router_answers_only_on_its_ports(plan, objs):
+    (policy,) = [p for p in of_kind(objs, "NetworkPolicy") if p["metadata"]["name"] == names.router_name(plan)]
     (rule,) = policy["spec"]["ingress"]
     assert {p["port"] for p in rule["ports"]} == {ROUTER_PORT, ROUTER_METRICS_PORT}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
@@ -130,12 +109,12 @@ def test_sglang_takes_the_admin_key_flag_as_0_5_23_spells_it():
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
-def test_every_sglang_server_runs_with_an_admin_key_from_a_secret(seed, objs, role):
+def test_every_sglang_server_runs_with_an_admin_key_from_a_secret(plan, objs, role):
     """Kubernetes expands $(VAR) in args from the container's env
     (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/);
     the variable comes from a Secret reference that is not optional: a missing Secret holds the
     container back instead of leaving the literal "$(...)" as a guessable key."""
-    (ds,) = _of(objs, "DisaggregatedSet")
+    (ds,) = of_kind(objs, "DisaggregatedSet")
     (lws,) = [r for r in ds["spec"]["roles"] if r["name"] == role]
     (c,) = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]
     i = c["args"].index(manifests.ADMIN_KEY_FLAG)
@@ -143,19 +122,19 @@ def test_every_sglang_server_runs_with_an_admin_key_from_a_secret(seed, objs, ro
     assert var == f"$({manifests.ADMIN_KEY_ENV})"
     (env,) = [e for e in c["env"] if e["name"] == manifests.ADMIN_KEY_ENV]
     assert env["valueFrom"]["secretKeyRef"] == {
-        "name": manifests.admin_key_secret(seed),
+        "name": manifests.admin_key_secret(plan),
         "key": manifests.ADMIN_KEY_SECRET_KEY,
         "optional": False,
     }
     # The serving stack applies these objects through CloudFormation: a Secret among them would put the
     # key in the template in plain text. The operator creates it (runbooks/02-serve.md, Prerequisites 5).
-    assert not _of(objs, "Secret")
+    assert not of_kind(objs, "Secret")
 
 
-def test_the_runbook_creates_the_secret_the_pods_read(seed):
+def test_the_runbook_creates_the_secret_the_pods_read(plan):
     text = (ROOT / "runbooks" / "02-serve.md").read_text()
-    cmd = manifests.admin_key_command(seed)
-    assert cmd[-2] == manifests.admin_key_secret(seed) == "glm51-2p2d-sglang-admin"
+    cmd = manifests.admin_key_command(plan)
+    assert cmd[-2] == manifests.admin_key_secret(plan) == "glm51-2p2d-sglang-admin"
     assert "kubectl -n pd-serving create secret generic NAME-sglang-admin" in text
     assert f'--from-literal={manifests.ADMIN_KEY_SECRET_KEY}="$(openssl rand -hex 32)"' in text
 
@@ -167,12 +146,14 @@ def test_the_runbook_creates_the_secret_the_pods_read(seed):
 def test_no_budget_lets_two_groups_go_at_once(name):
     """LWS recreates the whole group when one of its pods goes (RecreateGroupOnPodRestart,
     https://lws.sigs.k8s.io/docs/reference/leaderworkerset.v1/): a budget of N pods over groups of
-    several nodes lets N groups down at once. Each role's budget allows one pod, none for a single group."""
-    the_plan = load(name)
-    objs = manifests.render(the_plan, inputs.from_plan(the_plan))
+    several nodes lets N groups down at once. Each role's budget allows one pod (glm51-fp8-4p4d: one group of
+    two nodes may go, the other stays), none for a single group; an unhealthy pod may always be evicted."""
+    the_plan = plan_of(name)
+    objs = rendered(the_plan)
     for role in the_plan.roles.values():
-        (pdb,) = [o for o in _of(objs, "PodDisruptionBudget") if o["metadata"]["name"] == names.role_object(the_plan, role.name)]
-        assert pdb["spec"]["maxUnavailable"] == (1 if role.replicas > 1 else 0), (name, role.name)
+        spec = one(objs, "PodDisruptionBudget", names.role_object(the_plan, role.name))["spec"]
+        assert spec["maxUnavailable"] == (1 if role.replicas > 1 else 0), (name, role.name)
+        assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
 
 # --- locked memory: the mechanism the kit uses ------------------------------------------------------

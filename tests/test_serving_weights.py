@@ -274,7 +274,7 @@ def test_staging_module_needs_nothing_from_pdkit_but_the_manifest():
     """The init container runs it from the serving image: no pydantic, no plan, no CDK."""
     probe = "import sys, pdkit.pods.staging; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pdkit', 'pydantic', 'yaml', 'aws_cdk')))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == str(["pdkit", "pdkit.render.serving", "pdkit.pods.staging", "pdkit.pods.weights_manifest"])
+    assert loaded.strip() == str(["pdkit", "pdkit.pods", "pdkit.pods.staging", "pdkit.pods.weights_manifest"])
 
 
 def test_file_entry_paths_stay_inside_the_staging_directory():

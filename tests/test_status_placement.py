@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from pdkit.cli.main import main
-from pdkit.ops import kube
-from tests.fixtures.cmd_support import FakeApps, FakeCore, FakeCustom, k8s_node, lws, real_profile, router_deployment
+from tests.fixtures.cmd_support import k8s_node, real_profile
 from tests.test_cmd_status import stub_aws
 
-pytest_plugins = ["tests.fixtures.cmd_fixtures"]
+pytest_plugins = ["tests.fixtures.cmd_fixtures"]  # aws, and cluster: the Kubernetes fakes
 
 LAYER3 = "topology.k8s.aws/network-node-layer-3"
 
@@ -23,15 +20,6 @@ def node(name, group_role, instance_id, *, placed=None, layer3=None):
     if layer3:
         made.metadata.labels[LAYER3] = layer3
     return made
-
-
-@pytest.fixture
-def cluster(monkeypatch):
-    def install(nodes):
-        core, custom = FakeCore(nodes), FakeCustom([lws("glm51-prefill", "prefill"), lws("glm51-decode", "decode")])
-        monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, apps=FakeApps([router_deployment(2)]), custom=custom))
-
-    return install
 
 
 def placement_row(capsys) -> dict[str, str]:

@@ -38,6 +38,18 @@ def _minutes(start: str, end: str) -> float:
     return (parse_time(end) - parse_time(start)).total_seconds() / 60  # type: ignore[operator]
 
 
+def _copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "bundle"
+    shutil.copytree(FIXTURE, copy)
+    return copy
+
+
+def _edit(path: Path, change: Any) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
 def test_sglang_startup_lines_are_recognised_with_their_exact_text():
     """SGLang 0.5.23 prints these (model_runner.py load_model; cuda_graph_setup.py capture_decode_graph;
     deep_gemm_wrapper/compile_utils.py; http_server.py _wait_and_warmup), each behind configure_logger's
@@ -141,8 +153,7 @@ def test_phases_over_the_plans_budget_are_flagged_and_a_cold_compile_gets_its_mi
 
 
 def test_without_a_router_registration_there_is_no_first_token(tmp_path: Path):
-    copy = tmp_path / "b"
-    shutil.copytree(FIXTURE, copy)
+    copy = _copy(tmp_path)
     shutil.rmtree(copy / "logs" / "glm51-2p2d-router-7d9c8b6f5-x2x7q")
     t = phases.build(load_plan(PROFILE), bundles.read(copy))
     assert t.first_token is None
@@ -260,18 +271,6 @@ def test_a_directory_that_is_not_a_bundle_is_one_line(tmp_path: Path, capsys: py
     assert "Fix:" in err
 
 
-def _copy(tmp_path: Path) -> Path:
-    copy = tmp_path / "bundle"
-    shutil.copytree(FIXTURE, copy)
-    return copy
-
-
-def _edit(path: Path, change: Any) -> None:
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
-
-
 def test_a_precompile_step_is_its_own_phase_and_keeps_the_warm_boot_budget(tmp_path: Path):
     """pdkit/pods/compile_cache.py logs "cold compile cache: running the DeepGEMM precompile (up to %.0f min): %s"
     and "DeepGEMM precompile finished in %.1f min" from its init container; the server then finds the kernels."""
@@ -351,19 +350,19 @@ def test_first_token_follows_leaders_the_router_found_by_label(tmp_path: Path):
     and smg's label discovery registers each as http://<pod IP>:<port> (sgl-router service_discovery.rs
     PodInfo::from_pod: `format!("http://{}:{}", pod_ip, config.port)`): the leaders are the pods with
     worker index 0, matched to the router's log by their IP."""
-    copy = tmp_path / "b"
-    shutil.copytree(FIXTURE, copy)
-    pods_file = copy / "kube" / "pods.json"
-    raw = json.loads(pods_file.read_text())
+    copy = _copy(tmp_path)
     ips = {"prefill": "10.0.33.11", "decode": "10.0.33.12"}
-    for pod in raw["items"] if isinstance(raw, dict) else raw:
-        labels = pod["metadata"].get("labels") or {}
-        role = labels.get("pdkit/role")
-        if role in ips:
-            pod["metadata"]["name"] = pod["metadata"]["name"].replace(f"glm51-2p2d-{role}", f"glm51-2p2d-pd-0-5d8f6c9b7-{role}")
-            if labels.get("leaderworkerset.sigs.k8s.io/worker-index") == "0":
-                pod["status"]["podIP"] = ips[role]
-    pods_file.write_text(json.dumps(raw))
+
+    def rename(raw: dict[str, Any]) -> None:
+        for pod in raw["items"]:
+            labels = pod["metadata"].get("labels") or {}
+            role = labels.get("pdkit/role")
+            if role in ips:
+                pod["metadata"]["name"] = pod["metadata"]["name"].replace(f"glm51-2p2d-{role}", f"glm51-2p2d-pd-0-5d8f6c9b7-{role}")
+                if labels.get("leaderworkerset.sigs.k8s.io/worker-index") == "0":
+                    pod["status"]["podIP"] = ips[role]
+
+    _edit(copy / "kube" / "pods.json", rename)
     log = copy / "logs" / "glm51-2p2d-router-7d9c8b6f5-x2x7q" / "router.log"
     text = log.read_text()
     for role, ip in ips.items():

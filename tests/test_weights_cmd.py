@@ -27,9 +27,8 @@ from kubernetes.client.exceptions import ApiException
 
 from pdkit.cli import commands
 from pdkit.cli.main import main
-from pdkit.ops import kube
+from pdkit.ops import kube, weights
 from pdkit.pods.weights_manifest import FileEntry, Manifest
-from pdkit.render.serving import weights_job
 from tests.fixtures.cmd_support import profile
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -46,7 +45,7 @@ def weights_registered(monkeypatch):
     """Until pdkit/cli/commands/__init__.py lists the module, register it for these tests."""
     if "weights" not in commands.MODULES:
         monkeypatch.setattr(commands, "MODULES", (*commands.MODULES, "weights"))
-    monkeypatch.setattr(weights_job, "POLL_SECONDS", 0)
+    monkeypatch.setattr(weights, "POLL_SECONDS", 0)
 
 
 def stub_account(aws):
@@ -125,9 +124,7 @@ class Batch:
 def cluster(monkeypatch):
     def install(core=None, batch=None):
         core, batch = core or Core(), batch or Batch()
-        monkeypatch.setattr(
-            weights_job, "connect", lambda context: weights_job.ImportCluster(kube.Kube(core=core, apps=None, custom=None), batch)
-        )
+        monkeypatch.setattr(kube, "connect", lambda context: kube.Kube(core=core, batch=batch))
         return core, batch
 
     return install
@@ -237,7 +234,7 @@ def test_wait_says_when_an_attempt_failed_and_when_the_pod_is_stuck(aws, cluster
 
 
 def test_render_prints_the_job_without_aws_or_kubernetes(aws, monkeypatch, capsys):
-    monkeypatch.setattr(weights_job, "connect", lambda context: pytest.fail("--render must not touch the cluster"))
+    monkeypatch.setattr(kube, "connect", lambda context: pytest.fail("--render must not touch the cluster"))
     registry = ["--registry", "123456789012.dkr.ecr.eu-south-2.amazonaws.com", "--bucket", BUCKET]
     assert main(["weights", "import", "--render", "--deadline-hours", "5", *registry]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
@@ -281,7 +278,7 @@ def test_replace_waits_for_the_previous_job_to_go():
             super().create_namespaced_job(namespace, body)
 
     batch, naps = Slow(before=job_status(complete=True)), []
-    c = weights_job.ImportCluster(kube.Kube(core=Core(), apps=None, custom=None), batch)
+    c = kube.Kube(core=Core(), batch=batch)
     c.replace({"kind": "Job", "metadata": {"name": JOB, "namespace": NS}}, sleep=naps.append)
     assert len(batch.created) == 1
     assert len(naps) == 2

@@ -397,7 +397,7 @@ def test_the_import_module_needs_nothing_from_pdkit_but_the_manifest():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pdkit', 'pydantic', 'yaml', 'aws_cdk', 'boto3', 'huggingface_hub')))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == str(["pdkit", "pdkit.render.serving", "pdkit.pods.weights_import", "pdkit.pods.weights_manifest"])
+    assert loaded.strip() == str(["pdkit", "pdkit.pods", "pdkit.pods.weights_import", "pdkit.pods.weights_manifest"])
 
 
 # --- the real Hub client, against a local HTTP server speaking the Hub's API --------------------------

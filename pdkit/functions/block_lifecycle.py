@@ -35,6 +35,7 @@ from typing import Any
 from pdkit.functions import kube_api
 from pdkit.model import placement, reservation
 from pdkit.model.topology import TOPOLOGY_BATCH, GpuNode
+from pdkit.render.serving.scale import roles_patch
 
 # Reported with the placement only: the managed node group EKS labels each node with (as pdkit/render/ami.py) and
 # the well-known zone label (https://kubernetes.io/docs/reference/labels-annotations-taints/).
@@ -146,7 +147,7 @@ class Serving:
 
     def _kubectl(self, replicas: int | None) -> str:
         counts = self.replicas if replicas is None else dict.fromkeys(self.replicas, replicas)
-        patch = json.dumps(kube_api.roles_patch(counts), separators=(",", ":"))
+        patch = json.dumps(roles_patch(counts), separators=(",", ":"))
         return f"kubectl -n {self.namespace} patch disaggregatedset {self.name} --type=json -p '{patch}'"
 
 

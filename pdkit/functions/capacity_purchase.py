@@ -150,7 +150,7 @@ def _update(event: dict[str, Any], ec2: Any, cloudformation: Any, respond: Any) 
     new, old = event["ResourceProperties"], event.get("OldResourceProperties", {})
     changed = sorted(k for k in PURCHASE_PROPERTIES if new.get(k) != old.get(k))
     if changed:
-        status = reservation_guard._stack_status(event["StackId"], cloudformation)
+        status = reservation_guard.stack_status(event["StackId"], cloudformation)
         if not status.endswith(reservation_guard.ROLLING_BACK):
             respond(
                 event,

@@ -1,4 +1,6 @@
 """Just enough of the Kubernetes API for the block lifecycle Lambda: standard library and boto3 only.
+Separate from the operator's client (pdkit/ops/kube.py) by design: the Lambda ships without the
+kubernetes package, signs its own EKS token and needs only a few calls.
 
 Authentication is EKS's IAM scheme (aws-iam-authenticator, `aws eks get-token`): the bearer token is
 `k8s-aws-v1.` + the unpadded base64url of a presigned STS GetCallerIdentity URL whose signed headers

@@ -74,7 +74,7 @@ def handler(
     refusal = "Capacity Block check failed: " + "; ".join(found)
     if event["RequestType"] == "Update":
         try:
-            status = _stack_status(event["StackId"], cloudformation)
+            status = stack_status(event["StackId"], cloudformation)
         except Exception as exc:
             # Unknown: refuse. A wrongly refused rollback is recoverable with the command below; a deploy
             # wrongly let onto a stale block leaves its node groups retrying launches inside the paid window.
@@ -98,7 +98,7 @@ def handler(
     respond(event, success=False, reason=refusal, physical_id=want.reservation_id)
 
 
-def _stack_status(stack_id: str, cloudformation: Any) -> str:
+def stack_status(stack_id: str, cloudformation: Any) -> str:
     if cloudformation is None:
         import boto3
 

@@ -21,7 +21,7 @@ from pdkit.model import catalog
 from pdkit.model.catalog import InstanceType, Model
 from pdkit.model.gpu_memory import MIB, MemoryBudget, RoleShape, decode_graph_batch_sizes, derived_by_backend, derived_fraction, reserve_mib
 from pdkit.model.images import A2A_IMAGES, ImagePlan, plan_images
-from pdkit.model.profile import PLACEHOLDER_RESERVATION, Parallelism, Profile, Role
+from pdkit.model.profile import PLACEHOLDER_RESERVATION, Bench, Network, Parallelism, Profile, Role
 
 ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
@@ -112,6 +112,7 @@ class RouterPlan:
     cache_threshold: float
     balance_abs_threshold: int
     balance_rel_threshold: float
+    replicas: int
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class RolePlan:
 
     @property
     def reports_expert_balancedness(self) -> bool:
-        """MoE experts spread over EP ranks: SGLang reports how evenly they are loaded (pdkit/observability)."""
+        """MoE experts spread over EP ranks: SGLang reports how evenly they are loaded (pdkit/render/observability)."""
         return self.ep > 1
 
 
@@ -168,11 +169,41 @@ class WeightsPlan:
     bucket_prefix: str
     region: str
     prefix: str  # one folder per model and revision; re-importing a moved branch overwrites it (old versions expire)
+    revision: str  # the Hub revision (branch, tag or commit) the import reads
+    hf_token_secret_arn: str | None  # a Secrets Manager secret with a Hub read token, for gated models only
     compile_cache_prefix: str = COMPILE_CACHE_PREFIX  # each role's warm SGLang compile cache, saved at drain
 
     def bucket(self, account: str) -> str:
         """S3 names are global: the account and region make it unique (a CDK token at deploy time)."""
         return f"{self.bucket_prefix}-{account}-{self.region}"
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """Who reaches the Kubernetes API, and from where (cluster.endpoint_access, public_access_cidrs, admin_principal_arns)."""
+
+    endpoint: Literal["private", "public_and_private"]
+    public_access_cidrs: tuple[str, ...]  # empty with a private endpoint (_endpoint refuses anything else)
+    admin_principal_arns: tuple[str, ...]  # empty: no one is admin (the cluster creator is not, on purpose)
+
+
+@dataclass(frozen=True)
+class SystemNodes:
+    """The on-demand node group of the router, the collector, the add-ons and the kit's Jobs."""
+
+    instance_type: str
+    count: int
+    max_count: int  # room for a rolling update to start the new nodes before draining the old
+
+
+@dataclass(frozen=True)
+class Alarms:
+    """Where the alarms go and the serving limits they fire at; `pdkit bench` and the fabric thresholds use the same limits."""
+
+    email: str | None
+    tpot_p99_ms: float
+    ttft_p99_ms: float
+    expert_balancedness_min: float
 
 
 @dataclass(frozen=True)
@@ -200,6 +231,21 @@ class RootVolume:
     size_gib: int
     throughput_mibps: int | None  # None: gp3's baseline
     initialization_mibps: int | None  # None: EBS's default, lazy initialization
+
+
+# A GPU pod has its node to itself: it requests this share of the node's CPU and memory (the rest is for kubelet
+# and the node's daemons), and /dev/shm (NCCL, Mooncake and SGLang's shared memory) is this fraction of its memory.
+POD_SHARE_OF_NODE = 0.75
+SHM_SHARE_OF_NODE = 1 / 8
+
+
+@dataclass(frozen=True)
+class GpuPod:
+    """What a pod that has a GPU node to itself requests, and its /dev/shm (serving and validation alike)."""
+
+    cpu: int
+    memory_mib: int
+    shm_mib: int
 
 
 @dataclass(frozen=True)
@@ -272,7 +318,7 @@ class Plan:
     drain_lead_minutes: int
     images: dict[str, ImagePlan]
     # The region whose ECR registry holds the images: this profile's own, or for a rehearsal its block's (it runs
-    # the block's images, built once, and builds none; pdkit/rehearsal_rules.py adopt_block_images).
+    # the block's images, built once, and builds none; pdkit/deployment.py adopt_block_images).
     image_region: str
     weights: WeightsPlan
     stack_names: dict[str, str]
@@ -282,6 +328,7 @@ class Plan:
     public_subnet_mask: int
     estimates: Estimates
     gpu_root_volume: RootVolume
+    gpu_pod: GpuPod
     function_concurrency: FunctionConcurrency
     # Pod Security level the serving namespace enforces: "baseline" unless hostNetwork or a role's
     # security escape hatch needs "privileged", which the profile must then say (_pod_security).
@@ -290,9 +337,25 @@ class Plan:
     purchase: PurchasePlan | None
     # capacity-block: GPU nodes on the reserved block. on-demand: a rehearsal, no reservation, guard or block lifecycle.
     market: Literal["capacity-block", "on-demand"]
-    rehearses: str | None  # the block profile an on-demand rehearsal stands in for (pdkit/rehearsal_rules.py)
+    rehearses: str | None  # the block profile an on-demand rehearsal stands in for (pdkit/deployment.py)
     router: RouterPlan
-    profile: Profile = field(repr=False)
+    namespace: str  # the serving objects' (and the bench and weights-import Jobs')
+    served_model_name: str  # the model name clients send (serving.served_name, else the model id)
+    kv_transfer: Literal["mooncake", "nixl"]  # SGLang's --disaggregation-transfer-backend
+    runs_mooncake: bool  # KV over Mooncake's EFA transport (its environment, `pdkit validate`'s KV write); else NIXL over libfabric
+    host_network: bool  # SGLang pods on the host network (serving.host_network)
+    ami_source: Literal["eks-optimized", "custom"]
+    custom_ami: bool  # GPU nodes boot the kit's node image with the serving image pre-pulled (pdkit/render/ami.py)
+    image_source: Literal["build", "external"]
+    versions_file: str  # the image versions the tags come from (containers/versions.yaml)
+    network: Network  # the VPC's CIDR, NAT gateways and flow-log retention
+    log_retention_days: int  # every log group of the kit but the VPC flow logs
+    cluster_access: ClusterAccess
+    system_nodes: SystemNodes
+    alarms: Alarms
+    bench: Bench  # `pdkit bench`'s validated settings
+    block_duration_hours: int  # the block length offerings are searched for and cost is estimated over
+    minimum_serving_hours: float  # preflight fails with less block time left
 
     def image_registry(self, account: str) -> str:
         """The ECR registry host of the built images, for `account` (a CDK token in a stack)."""
@@ -382,6 +445,11 @@ def _build(p: Profile, path: str) -> Plan:
         public_subnet_mask=PUBLIC_SUBNET_MASK,
         estimates=_estimates(p, roles, model),
         gpu_root_volume=_gpu_root_volume(p.ami.source),
+        gpu_pod=GpuPod(
+            cpu=int(instance.vcpus * POD_SHARE_OF_NODE),
+            memory_mib=int(instance.memory_mib * POD_SHARE_OF_NODE),
+            shm_mib=int(instance.memory_mib * SHM_SHARE_OF_NODE),
+        ),
         function_concurrency=FunctionConcurrency(p.cluster.lambda_reserved_concurrency, RESERVED_FUNCTIONS),
         pod_security=_pod_security(p),
         purchase=_purchase(p),
@@ -389,7 +457,27 @@ def _build(p: Profile, path: str) -> Plan:
         rehearses=p.rehearses,
         image_region=p.aws.region,
         router=_router(p, roles),
-        profile=p,
+        namespace=p.serving.namespace,
+        served_model_name=p.model.served_name or model.id,
+        kv_transfer=p.serving.kv_transfer,
+        runs_mooncake=p.serving.kv_transfer == "mooncake",
+        host_network=p.serving.host_network,
+        ami_source=p.ami.source,
+        custom_ami=p.ami.source == "custom",
+        image_source=p.images.source,
+        versions_file=p.images.versions_file,
+        network=p.network,
+        log_retention_days=p.cluster.log_retention_days,
+        cluster_access=ClusterAccess(
+            p.cluster.endpoint_access, tuple(str(n) for n in p.cluster.public_access_cidrs), p.cluster.admin_principal_arns
+        ),
+        system_nodes=SystemNodes(p.cluster.system_nodes.instance_type, p.cluster.system_nodes.count, 2 * p.cluster.system_nodes.count),
+        alarms=Alarms(
+            p.observability.alarm_email, p.observability.tpot_p99_ms, p.observability.ttft_p99_ms, p.observability.expert_balancedness_min
+        ),
+        bench=p.bench,
+        block_duration_hours=p.capacity.duration_hours,
+        minimum_serving_hours=p.capacity.minimum_serving_hours,
     )
 
 
@@ -421,6 +509,7 @@ def _router(p: Profile, roles: dict[str, RolePlan]) -> RouterPlan:
         cache_threshold=r.cache_threshold,
         balance_abs_threshold=r.balance_abs_threshold,
         balance_rel_threshold=r.balance_rel_threshold,
+        replicas=r.replicas,
     )
 
 
@@ -563,7 +652,13 @@ def _interfaces(it: InstanceType, efa: int) -> tuple[NetworkInterface, ...]:
 
 
 def _weights(p: Profile) -> WeightsPlan:
-    weights = WeightsPlan(bucket_prefix=f"{p.name}-weights", region=p.aws.region, prefix=f"models/{p.model.id}/{p.model.revision}/")
+    weights = WeightsPlan(
+        bucket_prefix=f"{p.name}-weights",
+        region=p.aws.region,
+        prefix=f"models/{p.model.id}/{p.model.revision}/",
+        revision=p.model.revision,
+        hf_token_secret_arn=p.model.hf_token_secret_arn,
+    )
     longest = weights.bucket("123456789012")
     if len(longest) > 63:
         raise ProfileError(

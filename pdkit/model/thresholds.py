@@ -99,7 +99,7 @@ def derive(plan: Plan) -> Thresholds:
     alltoall_ceiling = line_rate / g * (n - 1) / (n - g) if n > g else 0.0
     decode = plan.decode
     tokens = decode.settings.cuda_graph_max_bs or -(-decode.max_running_requests // decode.attn_dp)
-    budget_ms = plan.profile.observability.tpot_p99_ms
+    budget_ms = plan.alarms.tpot_p99_ms
     m = plan.model
     request_kv = int(m.kv_bytes_per_token_per_layer * m.layers * plan.prefill.context_length)
     batch = min(MOONCAKE_BATCH, efa * MOONCAKE_WR_PER_NIC // MOONCAKE_THREADS)

@@ -245,7 +245,7 @@ def instances_in_reservation(ec2: Any, reservation_id: str) -> list[BlockInstanc
         {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "shutting-down"]},
     ]
     found: list[BlockInstance] = []
-    for raw in _instances(ec2, filters):
+    for raw in described_instances(ec2, filters):
         tags = {t["Key"]: t["Value"] for t in raw.get("Tags", [])}
         found.append(
             BlockInstance(
@@ -259,7 +259,8 @@ def instances_in_reservation(ec2: Any, reservation_id: str) -> list[BlockInstanc
     return sorted(found, key=lambda i: (i.node_group or "", i.id))
 
 
-def _instances(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def described_instances(ec2: Any, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every instance DescribeInstances returns for the filters, all pages read."""
     raw: list[dict[str, Any]] = []
     token: str | None = None
     while True:

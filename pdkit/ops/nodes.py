@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -146,17 +147,7 @@ def live_instances(ec2: Any, plan: Plan, role: RolePlan) -> dict[str, int]:
         {"Name": f"tag:{NODEGROUP_TAG}", "Values": [role.node_group_name]},
         {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
     ]
-    counts: dict[str, int] = {}
-    token: str | None = None
-    while True:
-        page = ec2.describe_instances(Filters=filters, **({"NextToken": token} if token else {}))
-        for reservation in page.get("Reservations", []):
-            for raw in reservation.get("Instances", []):
-                state = raw.get("State", {}).get("Name", "?")
-                counts[state] = counts.get(state, 0) + 1
-        token = page.get("NextToken")
-        if not token:
-            return counts
+    return dict(Counter(raw.get("State", {}).get("Name", "?") for raw in capacity.described_instances(ec2, filters)))
 
 
 def wait_instances(

@@ -231,7 +231,7 @@ class Preflight:
         if res.state not in capacity.USABLE_STATES:
             return
         drain = self.plan.drain_lead_minutes
-        minimum = self.plan.profile.capacity.minimum_serving_hours
+        minimum = self.plan.minimum_serving_hours
         window = res.serving_window(self.now, drain_minutes=drain)
         if window is None:
             self._add("Serving window", "WARN", "the reservation reports no end date", "check it: pdkit capacity status")
@@ -423,7 +423,7 @@ class Preflight:
     def _node_image(self) -> None:
         """The SSM parameter the GPU node groups' image comes from exists here and names an available AMI."""
         plan, name = self.plan, "GPU node image"
-        custom = plan.profile.ami.source == "custom"
+        custom = plan.custom_ami
         parameter = ami.image_parameter(plan.name) if custom else ami.parent_image_parameter(plan.kubernetes_version)
         try:
             image_id = self.aws.client("ssm").get_parameter(Name=parameter)["Parameter"]["Value"]

@@ -101,7 +101,7 @@ def estimate(plan: Plan, *, hours: float, gpu_usd_per_hour: float | None = None,
     nat_prices = table["nat_gateway_usd_per_hour"]
     nat, nat_note = (nat_prices[region], "") if region in nat_prices else (nat_prices["default"], f", {region} not priced: US East price")
     nat_note += _flag(table, f"nat_gateway_usd_per_hour.{region if region in nat_prices else 'default'}")
-    gateways = plan.profile.network.nat_gateways
+    gateways = plan.network.nat_gateways
     lines = (
         CostLine(
             f"{plan.instance_count} x {name} on-demand (${gpu_usd_per_hour:,.2f}/h each{gpu_flag})",

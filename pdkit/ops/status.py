@@ -117,7 +117,7 @@ def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
             "kubernetes", f"node {n.name} ({n.role}, {n.instance_id or '?'})", state, ("not Ready; " if not n.ready else "") + detail
         )
     _placement(plan, nodes, report)
-    namespace = plan.profile.serving.namespace
+    namespace = plan.namespace
     sets = kube.leader_worker_sets(namespace)
     if sets is None:
         report.add("serving", "LeaderWorkerSet", "FAIL", "the LeaderWorkerSet CRD is not installed (the cluster stack installs it)")
@@ -141,7 +141,7 @@ def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
                     f"{ready} of {role.replicas} groups ready ({names})",
                 )
     routers = kube.routers(namespace)
-    want = plan.profile.serving.router.replicas
+    want = plan.router.replicas
     ready = sum(r.ready for r in routers)
     detail = f"{ready} of {want} replicas ready" if routers else f"no router Deployment labelled pdkit/role=router in {namespace} yet"
     report.add("serving", "router", "OK" if routers and ready >= want else "WAIT", detail)

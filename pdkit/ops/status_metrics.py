@@ -53,7 +53,7 @@ class _Spec:
 
 
 def _specs(plan: Plan) -> list[_Spec]:
-    p = plan.profile.observability
+    p = plan.alarms
     cluster = (("ClusterName", plan.cluster_name),)
     block = (("CapacityReservationId", plan.reservation_id), *cluster)
     # A rehearsal has no block, so no clock: the block lifecycle function publishes nothing for it.

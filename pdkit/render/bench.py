@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from pdkit.errors import KitError
 from pdkit.model.plan import Plan
 from pdkit.pods import bench_compact as compact
+from pdkit.render import pod
+from pdkit.render.pod import Obj
 from pdkit.render.serving import names
 from pdkit.render.serving.manifests import router_service
 from pdkit.render.serving.sglang_args import served_model_name
-
-Obj = dict[str, Any]
 
 SCRIPT_DIR = "/opt/pdkit"
 RESULTS_DIR = "/results"
@@ -69,19 +66,19 @@ def results_file(concurrency: int) -> str:
 
 def shared_prefix_prompts(plan: Plan) -> int:
     """bench_serving sends groups x prompts-per-group requests; at least prompts_per_level of them."""
-    b = plan.profile.bench
+    b = plan.bench
     return b.shared_prefix.groups * -(-b.prompts_per_level // b.shared_prefix.groups)
 
 
 def prompt_len(plan: Plan, workload: str) -> int:
     """Prompt tokens per request: the shared system prompt plus the question for shared-prefix."""
-    b = plan.profile.bench
+    b = plan.bench
     return b.shared_prefix.system_prompt_len + b.shared_prefix.question_len if workload == "shared-prefix" else b.input_len
 
 
 def dataset_argv(plan: Plan, workload: str) -> list[str]:
     """The dataset flags of one workload (SGLang 0.5.23 bench_serving; tests/fixtures/bench/bench_serving_help.txt)."""
-    b = plan.profile.bench
+    b = plan.bench
     if workload == "random":
         return [
             "--dataset-name",
@@ -122,7 +119,7 @@ def dataset_argv(plan: Plan, workload: str) -> list[str]:
 
 
 def bench_argv(plan: Plan, *, concurrency: int, base_url: str, tokenizer: str, workload: str = "random") -> list[str]:
-    b = plan.profile.bench
+    b = plan.bench
     return [
         "python3",
         "-m",
@@ -191,7 +188,7 @@ def render(
     """The script ConfigMap and the Job, in apply order."""
     if plan.system_node_arch != IMAGE_ARCH:
         raise KitError(
-            f"the benchmark runs on the system nodes, which are {plan.system_node_arch} ({plan.profile.cluster.system_nodes.instance_type}), "
+            f"the benchmark runs on the system nodes, which are {plan.system_node_arch} ({plan.system_nodes.instance_type}), "
             f"but the serving image is linux/amd64. Fix: set cluster.system_nodes.instance_type to an x86_64 type such as m7i.2xlarge"
         )
     levels = check_levels(levels)
@@ -215,12 +212,7 @@ def render(
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ],
         "resources": {"requests": {"cpu": CPU_REQUEST, "memory": MEMORY_REQUEST}, "limits": {"memory": MEMORY_LIMIT}},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": pod.container_security(),
         "volumeMounts": [
             {"name": "results", "mountPath": RESULTS_DIR},
             {"name": "cache", "mountPath": CACHE_DIR},
@@ -231,7 +223,7 @@ def render(
         "restartPolicy": "Never",
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod.pod_security(),
         "nodeSelector": dict(plan.system_node_labels),
         "containers": [container],
         "volumes": [
@@ -252,7 +244,3 @@ def render(
         },
     }
     return [config_map, job]
-
-
-def to_yaml(objs: list[Obj]) -> str:
-    return yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=False, width=200)

@@ -34,19 +34,15 @@ the verdict is `pdkit validate`'s, from the logs (pdkit/ops/fabric/checks.py).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import yaml
 
 from pdkit.model.plan import ROLE_LABEL, Plan, RolePlan
 from pdkit.model.thresholds import NCCL_MAX_BYTES, NCCL_MIN_BYTES, Thresholds
-from pdkit.ops.kube import EFA, GPU
+from pdkit.render import pod
+from pdkit.render.pod import EFA, GPU, INSTANCE_TYPE_LABEL, JOB_NAME_LABEL, SHM_PATH, Obj
 from pdkit.render.serving import names, role_pod
 from pdkit.render.serving.environment import POD_INTERFACE, fabric_env
-from pdkit.render.serving.manifests import POD_SHARE_OF_NODE, PSS_VERSION_PREFIX, SHM_FRACTION_OF_NODE_MEMORY
-
-Obj = dict[str, Any]
 
 PHASES = ("node-image", "efa", "nccl", "uccl", "mooncake")
 # mpirun's rsh agent in the validation image: `kubectl-rsh.sh HOST COMMAND...` = kubectl exec into HOST's pod.
@@ -61,10 +57,6 @@ MOONCAKE_DONE_PORT = 15001
 MOONCAKE_WAIT_SECONDS = 600
 RUN_LABEL = "pdkit/validation-run"
 CHECK_LABEL = "pdkit/validation-check"
-# Set by the Job controller on every pod it creates (Kubernetes >= 1.27).
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 # How long each phase may run before Kubernetes stops it (and pdkit reports a timeout).
 PHASE_DEADLINE_SECONDS = {"node-image": 15 * 60, "efa": 15 * 60, "nccl": 40 * 60, "uccl": 20 * 60, "mooncake": 15 * 60}
 # Finished Jobs disappear on their own an hour later, should pdkit be interrupted before its cleanup.
@@ -76,7 +68,7 @@ PINGPONG_TIMEOUT_SECONDS = 300
 PINGPONG_CLIENT_ATTEMPTS = 60
 WORKER_WAIT_SECONDS = 600
 # A worker pod idles until the launcher's last kubectl exec drops this file (its own memory emptyDir).
-WORKER_DONE_FILE = "/dev/shm/pdkit-nccl-done"  # noqa: S108 - the pod's memory emptyDir, not the host's /dev/shm
+WORKER_DONE_FILE = f"{SHM_PATH}/pdkit-nccl-done"
 EFA_PROBE_CPU = "4"
 EFA_PROBE_MEMORY = "8Gi"
 NCCL_TESTS = ("all_reduce_perf", "alltoall_perf")
@@ -150,7 +142,7 @@ def render(
     if plan.decode.ep_spans_nodes:
         decode_image = role_images.get("decode", image)
         jobs += [uccl_job(plan, th, replica=i, image=decode_image, run_id=run_id, namespace=ns) for i in range(plan.decode.replicas)]
-    if runs_mooncake(plan):
+    if plan.runs_mooncake:
         jobs += mooncake_jobs(plan, th, role_images=role_images, image=image, run_id=run_id, namespace=ns)
     return Bundle(
         namespace=namespace(plan),
@@ -158,10 +150,6 @@ def render(
         jobs=jobs,
         extra_namespaces=extra,
     )
-
-
-def to_yaml(objs: list[Obj]) -> str:
-    return yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=False, width=200)
 
 
 def _labels(plan: Plan, run_id: str, check: str) -> dict[str, str]:
@@ -173,17 +161,10 @@ def _meta(plan: Plan, name: str, ns: str, run_id: str, check: str) -> Obj:
 
 
 def namespace(plan: Plan) -> Obj:
-    version = PSS_VERSION_PREFIX + plan.kubernetes_version
     # The validation pods need no privilege: "restricted" is enforced, not only audited; unless a role's
     # security escape hatch needs a lower level (role_pod.validation_pod_security).
     enforce = role_pod.validation_pod_security(plan)
-    labels = {
-        **names.common_labels(plan, "validation"),
-        "pod-security.kubernetes.io/enforce": enforce,
-        "pod-security.kubernetes.io/enforce-version": version,
-        "pod-security.kubernetes.io/warn": "restricted",
-        "pod-security.kubernetes.io/warn-version": version,
-    }
+    labels = {**names.common_labels(plan, "validation"), **pod.namespace_labels(plan, enforce=enforce, warn="restricted")}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace_name(plan), "labels": labels}}
 
 
@@ -218,27 +199,18 @@ def launcher_access(plan: Plan, run_id: str, ns: str) -> list[Obj]:
     ]
 
 
-def _service(plan: Plan, name: str, ns: str, run_id: str, check: str, port: int) -> Obj:
-    """Headless: gives pod `<job>-<index>` the DNS name `<job>-<index>.<service>`, before it is ready."""
-    spec = {
-        "clusterIP": "None",
-        "publishNotReadyAddresses": True,
-        "selector": {JOB_NAME_LABEL: name},
-        "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}],
-    }
+def _service(plan: Plan, name: str, ns: str, run_id: str, check: str, port: int | None) -> Obj:
+    """Headless: gives pod `<job>-<index>` the DNS name `<job>-<index>.<service>`, before it is ready. Port-less
+    where the pods talk to no one (node-image) or mpirun's daemons pick their own ports (nccl)."""
+    spec: Obj = {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {JOB_NAME_LABEL: name}}
+    if port is not None:
+        spec["ports"] = [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}]
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(plan, name, ns, run_id, check), "spec": spec}
 
 
-def _toleration(role: RolePlan) -> Obj:
-    t = role.taint
-    return {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
-
-
-def _env(plan: Plan, *extra: tuple[str, str]) -> list[Obj]:
-    env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(fabric_env(plan, host_network=False).items())]
-    env += [{"name": k, "value": v} for k, v in extra]
-    env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    return env
+def _env(values: Mapping[str, str], **extra: str) -> list[Obj]:
+    """`values`, then `extra`, then the node's name, which every check prints."""
+    return [*pod.env(values), *pod.env(extra), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
 
 
 def _container(
@@ -252,46 +224,49 @@ def _container(
     role: RolePlan | None = None,
 ) -> Obj:
     """With `role`, the container runs with that role's security context (pdkit/render/serving/role_pod.py)."""
-    security = (
-        role_pod.container_security(role)
-        if role is not None
-        else {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]}}
-    )
     return {
         "name": "check",
         "image": image,
         "command": ["/bin/bash", "-c", script],
         "env": env,
-        "resources": {"requests": {**requests, **devices}, "limits": dict(devices)},
-        "securityContext": security,
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
+        "resources": pod.device_resources(requests, devices),
+        "securityContext": role_pod.container_security(role) if role is not None else pod.container_security(),
+        "volumeMounts": [pod.shm_mount()],
     }
 
 
-def _gpu_requests(plan: Plan) -> dict[str, str]:
-    it = plan.instance
-    return {"cpu": str(int(it.vcpus * POD_SHARE_OF_NODE)), "memory": f"{int(it.memory_mib * POD_SHARE_OF_NODE)}Mi"}
+def _role_container(plan: Plan, role: RolePlan, *, image: str, script: str, **extra_env: str) -> Obj:
+    """A check that stands for `role` runs as its serving pods do (role_pod): environment, resources, security."""
+    env = _env({**role_pod.environment(plan, role, host_network=False), **extra_env})
+    container = _container(plan, image=image, script=script, env=env, requests={}, devices={}, role=role)
+    container["resources"] = role_pod.resources(plan, role)
+    return container
 
 
-def _job(
+def _check(
     plan: Plan,
     *,
-    name: str,
+    key: str,
+    phase: str,
     ns: str,
     run_id: str,
-    check: str,
-    phase: str,
     pods: int,
     roles: list[RolePlan],
     container: Obj,
-) -> Obj:
+    port: int | None = None,
+) -> JobSpec:
+    """One check: its Indexed Job `<key>-<run id>`, one pod per node, and the headless Service that names the pods."""
+    name = f"{key}-{run_id}"
+    job = _job(plan, name=name, ns=ns, run_id=run_id, check=key, phase=phase, pods=pods, roles=roles, container=container)
+    return JobSpec(key=key, phase=phase, job=job, service=_service(plan, name, ns, run_id, key, port), pods=pods)
+
+
+def _job(plan: Plan, *, name: str, ns: str, run_id: str, check: str, phase: str, pods: int, roles: list[RolePlan], container: Obj) -> Obj:
     # A check for one role runs with that role's pod security context (seccomp profile).
-    pod_security = (
-        role_pod.pod_security(roles[0]) if len(roles) == 1 else {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
-    )
+    pod_security = role_pod.pod_security(roles[0]) if len(roles) == 1 else pod.pod_security()
     placement: Obj
     if len(roles) == 1:
-        placement = {"nodeSelector": {**roles[0].labels, INSTANCE_TYPE_LABEL: plan.instance.name}}
+        placement = {"nodeSelector": pod.gpu_node_selector(plan, roles[0].labels)}
         node_affinity: Obj = {}
     else:
         placement = {}
@@ -309,8 +284,6 @@ def _job(
                 }
             }
         }
-    one_per_node = {"labelSelector": {"matchLabels": {JOB_NAME_LABEL: name}}, "topologyKey": HOSTNAME_TOPOLOGY}
-    shm = f"{plan.instance.memory_mib // SHM_FRACTION_OF_NODE_MEMORY}Mi"
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "subdomain": name,
@@ -319,10 +292,10 @@ def _job(
         "terminationGracePeriodSeconds": 10,
         "securityContext": pod_security,
         **placement,
-        "tolerations": [_toleration(r) for r in roles],
-        "affinity": {**node_affinity, "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
+        "tolerations": pod.tolerations(roles),
+        "affinity": {**node_affinity, **pod.one_per_node({JOB_NAME_LABEL: name})},
         "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
+        "volumes": [pod.shm_volume(plan)],
     }
     labels = _labels(plan, run_id, check)
     spec = {
@@ -375,30 +348,22 @@ exit 0
 
 
 def efa_job(plan: Plan, role: RolePlan, th: Thresholds, *, image: str, run_id: str, namespace: str) -> JobSpec:
-    name = f"efa-{role.name}-{run_id}"
-    env = _env(plan, ("PINGPONG_ITERATIONS", str(PINGPONG_ITERATIONS)), ("PINGPONG_TIMEOUT", str(PINGPONG_TIMEOUT_SECONDS)))
+    key = f"efa-{role.name}"
+    env = _env(
+        fabric_env(plan, host_network=False), PINGPONG_ITERATIONS=str(PINGPONG_ITERATIONS), PINGPONG_TIMEOUT=str(PINGPONG_TIMEOUT_SECONDS)
+    )
     container = _container(
         plan,
         image=image,
-        script=efa_script(job=name, pods=role.nodes),
+        script=efa_script(job=f"{key}-{run_id}", pods=role.nodes),
         env=env,
         requests={"cpu": EFA_PROBE_CPU, "memory": EFA_PROBE_MEMORY},
         devices={EFA: str(th.efa_devices_per_node)},
         role=role,
     )
-    job = _job(
-        plan,
-        name=name,
-        ns=namespace,
-        run_id=run_id,
-        check=f"efa-{role.name}",
-        phase="efa",
-        pods=role.nodes,
-        roles=[role],
-        container=container,
+    return _check(
+        plan, key=key, phase="efa", ns=namespace, run_id=run_id, pods=role.nodes, roles=[role], container=container, port=PINGPONG_PORT
     )
-    service = _service(plan, name, namespace, run_id, f"efa-{role.name}", port=PINGPONG_PORT)
-    return JobSpec(key=f"efa-{role.name}", phase="efa", job=job, service=service, pods=role.nodes)
 
 
 # --- phase 2: nccl-tests across every GPU node -----------------------------------------------------
@@ -452,7 +417,7 @@ def mpirun_argv(*, job: str, pods: int, gpus_per_node: int, test: str) -> list[s
 
 
 def nccl_json_path(test: str) -> str:
-    return f"/dev/shm/{test}.json"  # noqa: S108 - the pod's own memory emptyDir (dshm), not the host's /dev/shm
+    return f"{SHM_PATH}/{test}.json"
 
 
 def nccl_script(*, job: str, pods: int, gpus_per_node: int) -> str:
@@ -499,19 +464,16 @@ def nccl_job(plan: Plan, th: Thresholds, *, image: str, run_id: str, namespace: 
         plan,
         image=image,
         script=nccl_script(job=name, pods=pods, gpus_per_node=th.gpus_per_node),
-        env=_env(plan),
-        requests=_gpu_requests(plan),
+        env=_env(fabric_env(plan, host_network=False)),
+        requests=role_pod.node_share(plan),
         devices={GPU: str(th.gpus_per_node), EFA: str(th.efa_devices_per_node)},
     )
-    job = _job(plan, name=name, ns=namespace, run_id=run_id, check="nccl", phase="nccl", pods=pods, roles=roles, container=container)
-    pod = job["spec"]["template"]["spec"]
+    spec = _check(plan, key="nccl", phase="nccl", ns=namespace, run_id=run_id, pods=pods, roles=roles, container=container)
+    pod_spec = spec.job["spec"]["template"]["spec"]
     # The one pod token of the run: kubectl in pod 0 uses it, and the Role lets it exec into this namespace's pods only.
-    pod["serviceAccountName"] = launcher_name(run_id)
-    pod["automountServiceAccountToken"] = True
-    # Headless and port-less: the Service gives the pods DNS names; mpirun's daemons pick their own ports.
-    service = _service(plan, name, namespace, run_id, "nccl", port=1)
-    del service["spec"]["ports"]
-    return JobSpec(key="nccl", phase="nccl", job=job, service=service, pods=pods)
+    pod_spec["serviceAccountName"] = launcher_name(run_id)
+    pod_spec["automountServiceAccountToken"] = True
+    return spec
 
 
 # --- phase 3: UCCL-EP low-latency dispatch/combine on a decode group -------------------------------
@@ -535,44 +497,17 @@ exit 0
 
 
 def uccl_job(plan: Plan, th: Thresholds, *, replica: int, image: str, run_id: str, namespace: str) -> JobSpec:
-    decode = plan.decode
-    name = f"uccl-decode-{replica}-{run_id}"
-    # Decode's own environment, resources and security context (role_pod), so a pass predicts decode;
-    # UCCL-EP picks its bootstrap interface from UCCL_SOCKET_IFNAME; its README asks for it explicitly.
-    role_env = {**role_pod.environment(plan, decode, host_network=False), "UCCL_SOCKET_IFNAME": POD_INTERFACE}
-    env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(role_env.items())]
-    env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    container = _container(
-        plan,
-        image=image,
-        script=uccl_script(job=name, pods=decode.nodes_per_replica, th=th),
-        env=env,
-        requests={},
-        devices={},
-        role=decode,
+    decode, key, pods = plan.decode, f"uccl-decode-{replica}", plan.decode.nodes_per_replica
+    # Decode's own pod, so a pass predicts decode; UCCL-EP picks its bootstrap interface from UCCL_SOCKET_IFNAME,
+    # which its README asks for explicitly.
+    script = uccl_script(job=f"{key}-{run_id}", pods=pods, th=th)
+    container = _role_container(plan, decode, image=image, script=script, UCCL_SOCKET_IFNAME=POD_INTERFACE)
+    return _check(
+        plan, key=key, phase="uccl", ns=namespace, run_id=run_id, pods=pods, roles=[decode], container=container, port=TORCHRUN_PORT
     )
-    container["resources"] = role_pod.resources(plan, decode)
-    key = f"uccl-decode-{replica}"
-    job = _job(
-        plan,
-        name=name,
-        ns=namespace,
-        run_id=run_id,
-        check=key,
-        phase="uccl",
-        pods=decode.nodes_per_replica,
-        roles=[decode],
-        container=container,
-    )
-    service = _service(plan, name, namespace, run_id, key, TORCHRUN_PORT)
-    return JobSpec(key=key, phase="uccl", job=job, service=service, pods=decode.nodes_per_replica)
 
 
 # --- phase 4: Mooncake KV write from a prefill node into a decode node -------------------------------
-
-
-def runs_mooncake(plan: Plan) -> bool:
-    return plan.profile.serving.kv_transfer == "mooncake"
 
 
 def mooncake_job_name(role: str, run_id: str) -> str:
@@ -663,15 +598,13 @@ def mooncake_jobs(plan: Plan, th: Thresholds, *, role_images: dict[str, str], im
     specs = []
     for name in ("decode", "prefill"):  # the target first: it must listen before the initiator connects
         role = plan.roles[name]
-        job_name = mooncake_job_name(name, run_id)
-        env: list[Obj] = [{"name": k, "value": v} for k, v in sorted(role_pod.environment(plan, role, host_network=False).items())]
-        env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-        container = _container(plan, image=role_images.get(name, image), script=scripts[name], env=env, requests={}, devices={}, role=role)
-        container["resources"] = role_pod.resources(plan, role)
+        container = _role_container(plan, role, image=role_images.get(name, image), script=scripts[name])
         key = f"mooncake-{name}"
-        job = _job(plan, name=job_name, ns=namespace, run_id=run_id, check=key, phase="mooncake", pods=1, roles=[role], container=container)
-        service = _service(plan, job_name, namespace, run_id, key, ports[name])
-        specs.append(JobSpec(key=key, phase="mooncake", job=job, service=service, pods=1))
+        specs.append(
+            _check(
+                plan, key=key, phase="mooncake", ns=namespace, run_id=run_id, pods=1, roles=[role], container=container, port=ports[name]
+            )
+        )
     return specs
 
 
@@ -680,7 +613,7 @@ def mooncake_jobs(plan: Plan, th: Thresholds, *, role_images: dict[str, str], im
 
 def reads_host_record(plan: Plan) -> bool:
     """Only the kit's custom AMI writes /etc/pdkit/node-image.env; the EKS-optimized AMI has no such directory."""
-    return plan.profile.ami.source == "custom"
+    return plan.custom_ami
 
 
 def node_image_namespace_name(plan: Plan) -> str:
@@ -696,16 +629,8 @@ def node_image_namespace(plan: Plan) -> Obj:
     (tests/test_fabric_manifests.py). Warnings and audit stay at "baseline", which flags anything
     more than the hostPath.
     """
-    version = PSS_VERSION_PREFIX + plan.kubernetes_version
-    labels = {
-        **names.common_labels(plan, "validation"),
-        "pod-security.kubernetes.io/enforce": "privileged",
-        "pod-security.kubernetes.io/enforce-version": version,
-        "pod-security.kubernetes.io/warn": "baseline",
-        "pod-security.kubernetes.io/warn-version": version,
-        "pod-security.kubernetes.io/audit": "baseline",
-        "pod-security.kubernetes.io/audit-version": version,
-    }
+    pss = pod.namespace_labels(plan, enforce="privileged", warn="baseline", audit="baseline")
+    labels = {**names.common_labels(plan, "validation"), **pss}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": node_image_namespace_name(plan), "labels": labels}}
 
 
@@ -739,28 +664,24 @@ def node_image_job(plan: Plan, th: Thresholds, *, image: str, run_id: str, names
     roles = list(plan.roles.values())
     pods = sum(r.nodes for r in roles)
     ns = node_image_namespace_name(plan) if reads_host_record(plan) else namespace
-    name = f"node-image-{run_id}"
     container = _container(
         plan,
         image=image,
         script=node_image_script(),
-        env=_env(plan),
+        env=_env(fabric_env(plan, host_network=False)),
         requests={"cpu": NODE_IMAGE_CPU, "memory": NODE_IMAGE_MEMORY},
         devices={GPU: str(th.gpus_per_node)},  # all of the instance table's, like every phase
     )
     # This pod needs no shared memory.
     container["volumeMounts"] = []
-    job = _job(plan, name=name, ns=ns, run_id=run_id, check="node-image", phase="node-image", pods=pods, roles=roles, container=container)
-    pod = job["spec"]["template"]["spec"]
-    pod["volumes"] = []
+    spec = _check(plan, key="node-image", phase="node-image", ns=ns, run_id=run_id, pods=pods, roles=roles, container=container)
+    pod_spec = spec.job["spec"]["template"]["spec"]
+    pod_spec["volumes"] = []
     if reads_host_record(plan):
         # The one hostPath in the kit, and only here: a validation Job that runs for seconds with no
         # serving traffic, mounting read-only the single directory the AMI components write
         # (pdkit.render.ami.MANIFEST) to compare it with the driver actually loaded. Type Directory: a node
         # without it fails to mount instead of the runtime creating the directory on the host.
-        pod["volumes"].append({"name": "node-image", "hostPath": {"path": NODE_IMAGE_DIR, "type": "Directory"}})
+        pod_spec["volumes"].append({"name": "node-image", "hostPath": {"path": NODE_IMAGE_DIR, "type": "Directory"}})
         container["volumeMounts"].append({"name": "node-image", "mountPath": NODE_IMAGE_MOUNT, "readOnly": True})
-    # Headless and port-less: the pods talk to no one; the Service only keeps the phases uniform.
-    service = _service(plan, name, ns, run_id, "node-image", port=1)
-    del service["spec"]["ports"]
-    return JobSpec(key="node-image", phase="node-image", job=job, service=service, pods=pods)
+    return spec

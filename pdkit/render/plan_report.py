@@ -51,11 +51,11 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
     ]
     if est.gpu_cost_per_hour_usd is not None:
         lines.append(
-            f"    GPU cost  ${est.gpu_cost_per_hour_usd:,.2f}/hour, ${est.block_cost_usd:,.2f} for the {plan.profile.capacity.duration_hours} h block"
+            f"    GPU cost  ${est.gpu_cost_per_hour_usd:,.2f}/hour, ${est.block_cost_usd:,.2f} for the {plan.block_duration_hours} h block"
         )
     else:
         lines.append("    GPU cost  set capacity.hourly_price_usd to see it (the block's upfront fee / hours / instances)")
-    if not plan.profile.cluster.admin_principal_arns:
+    if not plan.cluster_access.admin_principal_arns:
         lines += [
             "",
             "  Warning: cluster.admin_principal_arns is empty. The cluster grants no one admin (creator admin is off on purpose),",
@@ -95,7 +95,7 @@ def _image_line(plan: Plan) -> str:
     return (
         f"    serving image on a new node  ~{minutes['eks-optimized']:g} min pulled from ECR (eks-optimized), "
         f"~{minutes['custom']:g} min pre-pulled in the custom AMI (root restored at {ROOT_VOLUME_INITIALIZATION_MIBPS} MiB/s); "
-        f"this profile: {plan.profile.ami.source}"
+        f"this profile: {plan.ami_source}"
     )
 
 

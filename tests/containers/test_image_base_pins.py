@@ -30,18 +30,13 @@ def base_image_references(doc: Doc, versions: ModuleType) -> list[tuple[str, str
         args = versions.build_args(doc, image)
         text = versions.dockerfile_path(doc, image).read_text()
         stages: set[str] = set()
-        for instruction in versions.dockerfile_instructions(text):
-            match = versions.FROM_LINE.match(instruction)
-            if not match:
-                continue
-            base = match.group("image")
-            var = versions.VAR_REF.match(base)
+        for stage in versions.dockerfile_stages(text):
+            var = versions.VAR_REF.match(stage.base)
             if var:
-                references.append((f"{doc['images'][image]['dockerfile']} FROM {base}", args[var.group("name")]))
-            elif base.lower() not in stages:
-                references.append((f"{doc['images'][image]['dockerfile']} FROM", base))
-            if match.group("alias"):
-                stages.add(match.group("alias").lower())
+                references.append((f"{doc['images'][image]['dockerfile']} FROM {stage.base}", args[var.group("name")]))
+            elif stage.base.lower() not in stages:
+                references.append((f"{doc['images'][image]['dockerfile']} FROM", stage.base))
+            stages.add(stage.alias.lower())
     return references
 
 

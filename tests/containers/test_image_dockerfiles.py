@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from container_paths import CONTAINERS_DIR, HADOLINT_CONFIG, KIT_DIR, REPO_ROOT, dockerfiles, tool
+from docker.utils.build import PatternMatcher
 
 Doc = dict[str, Any]
 IMAGES = ["sglang-efa", "sglang-deepep", "validation"]
@@ -128,6 +129,11 @@ MUTATIONS: dict[str, tuple[str, str, str]] = {
     ),
     "arg a kit script needs, missing in its stage": ("ARG LIBFABRIC_VERSION\nSHELL", "SHELL", "stage efa-base uses LIBFABRIC_VERSION"),
     "latest": ("pip uninstall --yes sgl-deep-ep", "pip install --upgrade uccl==latest", "'latest'"),
+    "heredoc (dockerfile-parse would read its body as instructions)": (
+        "RUN echo /opt/pdkit >",
+        "RUN <<EOF\necho /opt/pdkit\nEOF\nRUN echo /opt/pdkit >",
+        "a heredoc",
+    ),
     "COPY of a file the allow-list does not admit": (
         "COPY pdkit/__init__.py /opt/pdkit/pdkit/",
         "COPY pdkit/model/plan.py pdkit/__init__.py /opt/pdkit/pdkit/",
@@ -166,6 +172,14 @@ def test_files_copied_into_images_pin_nothing(path: Path, doc: Doc, versions: Mo
     assert versions.lint_text_for_pins(path.read_text(), pins, where=str(path)) == []
 
 
+def _stages(text: str, versions: ModuleType) -> dict[str, Any]:
+    return {stage.name: stage for stage in versions.dockerfile_stages(text)}
+
+
+def _stage_text(text: str, name: str, versions: ModuleType) -> str:
+    return "\n".join(map(str, _stages(text, versions)[name].instructions))
+
+
 def _stage(text: str, name: str) -> str:
     match = re.search(rf"^FROM \S+ AS {name}\n(.*?)(?=^FROM |\Z)", text, flags=re.MULTILINE | re.DOTALL)
     assert match, f"stage {name} not found"
@@ -179,7 +193,7 @@ def test_validation_builds_on_the_serving_stages(stage: str, doc: Doc, versions:
     path = versions.dockerfile_path(doc, "validation")
     assert path == versions.dockerfile_path(doc, "sglang-efa")
     text = path.read_text()
-    assert [alias for _, alias in versions.dockerfile_stage_names(text)].count(stage) == 1
+    assert [found.alias for found in versions.dockerfile_stages(text)].count(stage) == 1
     for image in ("sglang-efa", "validation"):
         assert _stage(text, stage) in versions.image_dockerfile(doc, image)
 
@@ -190,7 +204,7 @@ def test_a_target_builds_only_the_stages_it_needs(doc: Doc, versions: ModuleType
     the lint and the tag of each image see exactly those stages."""
 
     def stages(image: str) -> set[str]:
-        return {alias for _, alias in versions.dockerfile_stage_names(versions.image_dockerfile(doc, image))}
+        return {stage.alias for stage in versions.dockerfile_stages(versions.image_dockerfile(doc, image))}
 
     assert stages("validation") == {"efa-base", "uccl-build", "tools-build", "validation"}
     assert stages("sglang-deepep") == {"efa-base", "runtime", "serving-deepep"}, "the deepep target never builds UCCL-EP"
@@ -201,8 +215,8 @@ def test_a_target_builds_only_the_stages_it_needs(doc: Doc, versions: ModuleType
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_runtime_is_non_root_and_self_tested_last(image: str, doc: Doc, versions: ModuleType) -> None:
-    instructions = versions.dockerfile_instructions(versions.image_dockerfile(doc, image))
-    users = [line for line in instructions if line.upper().startswith("USER ")]
+    instructions = [str(i) for i in versions.dockerfile_instructions(versions.image_dockerfile(doc, image))]
+    users = [line for line in instructions if line.startswith("USER ")]
     assert users
     assert users[-1] == "USER ${RUNTIME_UID}"
     assert instructions[-1] == "RUN python /opt/kit/selftest.py"
@@ -212,9 +226,9 @@ def test_runtime_is_non_root_and_self_tested_last(image: str, doc: Doc, versions
 def runtime_env(doc: Doc, versions: ModuleType, image: str) -> dict[str, str]:
     """KEY=VALUE pairs of the ENV instructions of the stages the image's target builds (comments do not count)."""
     env: dict[str, str] = {}
-    for line in versions.dockerfile_instructions(versions.image_dockerfile(doc, image)):
-        if line.upper().startswith("ENV "):
-            env.update(token.split("=", 1) for token in line[4:].split() if "=" in token)
+    for instruction in versions.dockerfile_instructions(versions.image_dockerfile(doc, image)):
+        if instruction.keyword == "ENV":
+            env.update(word.split("=", 1) for word in instruction.words if "=" in word)
     return env
 
 
@@ -230,11 +244,11 @@ def test_runtime_sets_efa_environment(image: str, doc: Doc, versions: ModuleType
 
 
 def test_serving_image_replaces_deep_ep_and_hash_checks_mooncake(doc: Doc, versions: ModuleType) -> None:
-    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, "sglang-efa").read_text()))
-    runtime = "\n".join(stages["runtime"])
+    text = versions.dockerfile_path(doc, "sglang-efa").read_text()
+    runtime = _stage_text(text, "runtime", versions)
     assert "--require-hashes" in runtime
     assert "deep_ep" not in runtime.replace("sgl-deep-ep", ""), "the shared stage installs no deep_ep: each target brings its own"
-    uccl = "\n".join(stages[doc["images"]["sglang-efa"]["target"]])
+    uccl = _stage_text(text, doc["images"]["sglang-efa"]["target"], versions)
     assert "pip uninstall --yes sgl-deep-ep" in uccl
     assert "from=uccl-build" in uccl
 
@@ -244,8 +258,7 @@ def test_deepep_image_installs_sgl_deep_ep_hash_checked_without_uccl(doc: Doc, v
     pypi.org/project/sglang/0.5.23) by versions.yaml's sha256, and never touches the UCCL-EP build stage."""
     target = doc["images"]["sglang-deepep"]["target"]
     assert target != doc["images"]["sglang-efa"]["target"]
-    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, "sglang-deepep").read_text()))
-    deepep = "\n".join(stages[target])
+    deepep = _stage_text(versions.dockerfile_path(doc, "sglang-deepep").read_text(), target, versions)
     assert "--require-hashes" in deepep
     assert "${SGL_DEEP_EP_SHA256}" in deepep
     assert "uccl" not in deepep.lower()
@@ -269,8 +282,8 @@ def test_runtime_stage_declares_what_the_selftest_records(
     image: str, profile: str, doc: Doc, versions: ModuleType, selftest: ModuleType
 ) -> None:
     """`selftest.py record` reads build args in the image's last stage; an undeclared one would be empty there."""
-    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, image).read_text()))
-    declared = set(versions.dockerfile_args("\n".join(stages[doc["images"][image].get("target") or "runtime"])))
+    stages = _stages(versions.dockerfile_path(doc, image).read_text(), versions)
+    declared = stages[doc["images"][image].get("target") or "runtime"].args
     needed = {arg for arg, key in selftest.EXPECTED_FROM_BUILD_ARGS.items() if key in selftest.REQUIRED_KEYS[profile]}
     assert needed <= declared, sorted(needed - declared)
 
@@ -279,32 +292,19 @@ def test_runtime_stage_declares_what_the_selftest_records(
 # Build context: the Dockerfile.dockerignore allow-lists, matched with Docker's rules
 # --------------------------------------------------------------------------------------------------
 
-# (ignore file, path, excluded?) -- the examples of Docker's .dockerignore reference, plus the allow-list shape.
-DOCKERIGNORE_CASES = [
-    ("*/temp*", "somedir/temporary.txt", True),
-    ("*/temp*", "somedir/temp/inner.txt", True),
-    ("*/temp*", "temporary.txt", False),
-    ("*/*/temp*", "somedir/subdir/temporary.txt", True),
-    ("temp?", "tempa", True),
-    ("temp?", "tempab", False),
-    ("**/*.go", "main.go", True),
-    ("**/*.go", "a/b/c.go", True),
-    ("*.md\n!README*.md\nREADME-secret.md", "README-secret.md", True),
-    ("*.md\n!README*.md\nREADME-secret.md", "README.md", False),
-    ("*.md\n!README*.md\nREADME-secret.md", "CHANGES.md", True),
-    ("*.md\nREADME-secret.md\n!README*.md", "README-secret.md", False),
-    ("*\n!containers/kit/bin", "containers/kit/bin/nccl-tests.sh", False),
-    ("*\n!containers/kit/bin", "containers/kit/selftest.py", True),
-    ("*\n!/pdkit/pods/staging.py", "pdkit/pods/staging.py", False),
-    ("*\n!pdkit/pods/staging.py", "pdkit/render/serving/drain.py", True),
-    ("*\n!containers/kit\n**/__pycache__", "containers/kit/__pycache__/selftest.cpython-312.pyc", True),
-]
 
-
-@pytest.mark.parametrize(("rules", "path", "excluded"), DOCKERIGNORE_CASES)
-def test_dockerignore_matching_follows_docker(rules: str, path: str, excluded: bool, versions: ModuleType) -> None:
-    """Last matching line wins; a line matching a parent directory applies to what is inside it."""
-    assert versions.ignored(path, versions.parse_dockerignore(rules)) is excluded
+def test_allow_list_admits_named_paths_only(tmp_path: Path, versions: ModuleType) -> None:
+    """The allow-list shape (`*`, then `!file` or `!dir`, then `**/__pycache__`) walked with docker-py's port of
+    Docker's rules: exactly the named files and the files under a named directory, a leading / meaning the context
+    root, and no bytecode even inside an admitted directory. docker-py's per-path matches() would admit that
+    bytecode: it checks one parent directory only (moby/patternmatcher's deprecated Matches); its walk, which
+    versions.py uses, skips the excluded __pycache__ directory first, as BuildKit's walker does."""
+    for name in ["kit/bin/a.sh", "kit/bin/__pycache__/a.pyc", "kit/other.sh", "pdkit/pods/staging.py", "pdkit/plan.py", ".venv/x"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    patterns = ["*", "!kit/bin", "!/pdkit/pods/staging.py", "**/__pycache__"]
+    assert versions.admitted(tmp_path, patterns) == ["kit/bin/a.sh", "pdkit/pods/staging.py"]
+    assert not PatternMatcher(patterns).matches("kit/bin/__pycache__/a.pyc"), "docker-py's single-parent matches()"
 
 
 def test_context_sources_reads_copy_add_and_bind_mounts(versions: ModuleType) -> None:
@@ -314,9 +314,15 @@ def test_context_sources_reads_copy_add_and_bind_mounts(versions: ModuleType) ->
         "COPY --from=a /opt/x /opt/x\n"
         'ADD ["pdkit/__init__.py", "/opt/pdkit/pdkit/"]\n'
         "RUN --mount=type=bind,source=containers/kit/c.sh,target=/c.sh --mount=type=bind,from=a,source=/w,target=/w true\n"
-        "RUN --mount=type=cache,target=/root/.cache/pip pip --version\n"
+        "RUN --mount=type=cache,target=/root/.cache/pip \\\n    --mount=source=containers/kit/d.sh,target=/d.sh pip --version\n"
     )
-    assert versions.context_sources(text) == ["containers/kit/a.sh", "containers/kit/b.sh", "pdkit/__init__.py", "containers/kit/c.sh"]
+    assert versions.context_sources(text) == [
+        "containers/kit/a.sh",
+        "containers/kit/b.sh",
+        "pdkit/__init__.py",
+        "containers/kit/c.sh",
+        "containers/kit/d.sh",
+    ]
 
 
 @pytest.mark.parametrize("image", IMAGES)
@@ -329,7 +335,7 @@ def test_build_context_is_exactly_what_the_dockerfile_copies(image: str, doc: Do
     allowed = ("containers/kit/", "pdkit/", "containers/sglang-efa/requirements.lock")
     assert all(name.startswith(allowed) for name in files), sorted(files)
     assert not any("__pycache__" in name for name in files)
-    assert versions.parse_dockerignore(versions.dockerignore_path(doc, image).read_text())[0].pattern == "*", "an allow-list"
+    assert versions.dockerignore_patterns(versions.dockerignore_path(doc, image))[0] == "*", "an allow-list"
 
 
 def test_validation_image_carries_no_pdkit(doc: Doc, versions: ModuleType) -> None:
@@ -376,15 +382,7 @@ def test_built_in_frontend_only(path: Path, versions: ModuleType) -> None:
         f"{path.name}: {directives[0]} pulls the frontend from Docker Hub; the built-in frontend covers these Dockerfiles"
     )
     for instruction in versions.dockerfile_instructions(text):
-        keyword = instruction.split(None, 1)[0].upper()
-        leading = []
-        for token in instruction.split()[1:]:
-            if not token.startswith("--"):
-                break
-            leading.append(token)
-        flags = [token.split("=", 1)[0] for token in leading]
-        assert set(flags) <= BUILTIN_FRONTEND_FLAGS.get(keyword, set()), f"{path.name}: {instruction[:80]}"
-        for token in leading:
-            if token.startswith("--mount="):
-                options = dict(part.split("=", 1) for part in token.removeprefix("--mount=").split(",") if "=" in part)
-                assert options.get("type", "bind") in BUILTIN_MOUNT_TYPES, f"{path.name}: {token}"
+        flags = {flag.split("=", 1)[0] for flag in instruction.flags}
+        assert flags <= BUILTIN_FRONTEND_FLAGS.get(instruction.keyword, set()), f"{path.name}: {str(instruction)[:80]}"
+        for mount in instruction.mounts():
+            assert mount["type"] in BUILTIN_MOUNT_TYPES, f"{path.name}: {mount}"

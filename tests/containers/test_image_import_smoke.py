@@ -157,9 +157,9 @@ def test_profile_comes_from_what_the_build_recorded(smoke: ModuleType, tmp_path:
 def test_every_image_carries_the_smoke_test(image: str, doc: dict[str, Any], versions: ModuleType) -> None:
     """The build runs /opt/kit/import_smoke.py in the built image (containers/build.sh), so each image must copy it there."""
     text = versions.dockerfile_path(doc, image).read_text()
-    copies = [line for line in versions.dockerfile_instructions(text) if line.startswith("COPY ") and "import_smoke.py" in line]
+    copies = [i for i in versions.dockerfile_instructions(text) if i.keyword == "COPY" and "import_smoke.py" in i.rest]
     assert copies, f"{image}: no COPY of import_smoke.py"
-    assert copies[0].split()[-1] == "/opt/kit/", copies
+    assert copies[0].words[-1] == "/opt/kit/", copies
     assert "/opt/kit/import_smoke.py" in (KIT_DIR.parent / "build.sh").read_text()
 
 

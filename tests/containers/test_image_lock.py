@@ -181,8 +181,10 @@ def test_nothing_versions_yaml_excludes_is_locked(lock: dict[str, tuple[str, lis
 
 
 def _runtime_runs(doc: Doc, versions: ModuleType) -> list[str]:
-    stages = dict(versions.dockerfile_stages(versions.dockerfile_path(doc, IMAGE).read_text()))
-    return [line for line in stages["runtime"] if line.upper().startswith("RUN ")]
+    (runtime,) = [
+        stage for stage in versions.dockerfile_stages(versions.dockerfile_path(doc, IMAGE).read_text()) if stage.name == "runtime"
+    ]
+    return [str(instruction) for instruction in runtime.instructions if instruction.keyword == "RUN"]
 
 
 def test_dockerfile_installs_the_lock_with_require_hashes(doc: Doc, versions: ModuleType) -> None:

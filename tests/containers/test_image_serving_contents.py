@@ -242,5 +242,5 @@ def test_staging_imports_from_the_copied_files_alone(doc: Doc, versions: ModuleT
     result = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=False, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (marker,) = [line for line in result.stdout.splitlines() if line.startswith(selftest.STAGING_MARKER)]
-    assert f"file={copy / 'pdkit' / 'serving' / 'staging.py'}" in marker
+    assert f"file={copy / 'pdkit' / 'pods' / 'staging.py'}" in marker
     assert re.search(r"crt=(True|False)", marker)

@@ -165,7 +165,7 @@ def _repo_copy(tmp_path: Path, doc: Doc, versions: ModuleType) -> Path:
     wanted = {versions.dockerfile_path(doc, image) for image in doc["images"]}
     wanted |= {versions.dockerignore_path(doc, image) for image in doc["images"]}
     wanted |= {path for image in doc["images"] for path in versions.context_files(doc, image)}
-    wanted.add(REPO_ROOT / "pdkit" / "plan.py")
+    wanted.add(REPO_ROOT / "pdkit" / "model" / "plan.py")
     for path in wanted:
         target = tmp_path / path.relative_to(REPO_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -179,12 +179,12 @@ def test_image_tag_follows_the_build_context(tmp_path: Path, doc: Doc, versions:
     monkeypatch.setattr(versions, "REPO_ROOT", _repo_copy(tmp_path, doc, versions))
     assert {image: versions.image_tag(doc, image) for image in doc["images"]} == before, "the scratch copy hashes the same"
 
-    (tmp_path / "pdkit" / "plan.py").write_text("# edited\n")
+    (tmp_path / "pdkit" / "model" / "plan.py").write_text("# edited\n")
     (tmp_path / "containers" / "kit" / "__pycache__").mkdir()
     (tmp_path / "containers" / "kit" / "__pycache__" / "selftest.cpython-312.pyc").write_bytes(b"\0")
     assert {image: versions.image_tag(doc, image) for image in doc["images"]} == before, "files outside the context do not count"
 
-    staging = tmp_path / "pdkit" / "serving" / "staging.py"
+    staging = tmp_path / "pdkit" / "pods" / "staging.py"
     staging.write_text(staging.read_text() + "\n# a staging change\n")
     assert versions.image_tag(doc, "sglang-efa") != before["sglang-efa"]
     assert versions.image_tag(doc, "validation") == before["validation"], "validation does not copy pdkit"

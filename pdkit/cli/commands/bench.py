@@ -65,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     from pdkit.cli.context import load_plan, pdkit_command, refuse_placeholders
     from pdkit.ops.bench.run import deadline_seconds
     from pdkit.render import bench as manifests
+    from pdkit.render.pod import to_yaml
     from pdkit.render.serving.inputs import default_registry
 
     plan = load_plan(args.profile)
-    levels = manifests.check_levels(args.concurrency or plan.profile.bench.concurrency)
+    levels = manifests.check_levels(args.concurrency or plan.bench.concurrency)
     image = args.image or plan.images["sglang-efa"].uri(args.registry or default_registry(plan))
     refuse_placeholders(plan, "pdkit bench", ((image, "--registry"),))
     deadline = int(args.timeout * 60) if args.timeout else deadline_seconds(plan, levels)
@@ -76,16 +77,16 @@ def run(args: argparse.Namespace) -> int:
         objs = manifests.render(
             plan, image=image, run_id="render", levels=levels, tokenizer=args.tokenizer, deadline_s=deadline, workload=args.workload
         )
-        print(manifests.to_yaml(objs), end="")
+        print(to_yaml(objs), end="")
         return 0
 
     from pdkit import console
+    from pdkit.ops import kube
     from pdkit.ops.bench import run as bench_run
-    from pdkit.ops.jobs import Waiting, connect_cluster
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path("results") / plan.name / f"bench-{stamp}"
-    cluster = connect_cluster(args.kube_context)
+    cluster = kube.connect(args.kube_context)
     console.say(
         f"Benchmarking {manifests.router_url(plan)} at concurrency {', '.join(map(str, levels))} (up to {deadline / 60:.0f} min) ...",
         stderr=True,
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         workload=args.workload,
         keep=args.keep,
-        waiting=Waiting(timeout_s=deadline, poll_s=30),
+        waiting=kube.Waiting(timeout_s=deadline, poll_s=30),
         say=lambda line: console.say(line, stderr=True),
     )
     console.table(

@@ -347,7 +347,7 @@ def _query(args: argparse.Namespace, plan: Plan) -> OfferingQuery:
     return OfferingQuery(
         instance_type=args.instance_type or plan.instance.name,
         instance_count=args.count or plan.instance_count,
-        duration_hours=check_hours(args.hours) if args.hours else plan.profile.capacity.duration_hours,
+        duration_hours=check_hours(args.hours) if args.hours else plan.block_duration_hours,
         earliest_start=args.earliest,
         latest_end=args.latest,
     )

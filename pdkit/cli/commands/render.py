@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from pdkit.cli.context import in_context, load_plan, refuse_placeholders
+    from pdkit.render.pod import to_yaml
     from pdkit.render.serving import inputs, manifests, names
 
     the_plan = load_plan(args.profile)
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     for stale in out.glob("[0-9][0-9]-*.yaml"):
         stale.unlink()
     for i, obj in enumerate(objs):
-        (out / f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml").write_text(manifests.to_yaml([obj]))
+        (out / f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml").write_text(to_yaml([obj]))
     print(f"Wrote {len(objs)} objects for {the_plan.name} into {out}/ (namespace {names.namespace(the_plan)}).")
     print(
         in_context(

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from pdkit.ops import smoke
 
     plan = load_plan(args.profile)
-    model = args.model or plan.profile.model.served_name or plan.model.id
+    model = args.model or plan.served_model_name
     result = smoke.chat(args.url, model=model, prompt=args.prompt, max_tokens=args.max_tokens, timeout=args.timeout)
     if args.output == "json":
         console.print_json(result.to_dict())

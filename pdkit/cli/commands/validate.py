@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from pdkit.model.thresholds import derive
     from pdkit.ops.fabric import validate
     from pdkit.render import fabric as manifests
+    from pdkit.render.pod import to_yaml
 
     plan = load_plan(args.profile)
     phases = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else manifests.PHASES
@@ -68,18 +69,18 @@ def run(args: argparse.Namespace) -> int:
     # The checks that stand for a role (UCCL-EP on decode, Mooncake on both) run in that role's serving image.
     roles = dict.fromkeys(plan.roles, args.serving_image) if args.serving_image else validate.role_images(plan, args.registry)
     in_role_image = {"decode"} if "uccl" in phases and plan.decode.ep_spans_nodes else set()
-    if "mooncake" in phases and manifests.runs_mooncake(plan):
+    if "mooncake" in phases and plan.runs_mooncake:
         in_role_image |= {"prefill", "decode"}
     refuse_placeholders(plan, "pdkit validate", ((image, "--registry"), *((roles[r], "--registry") for r in sorted(in_role_image))))
     if args.render:
         bundle = manifests.render(plan, derive(plan), image=image, run_id="render", role_images=roles)
-        print(manifests.to_yaml(bundle.objects()), end="")
+        print(to_yaml(bundle.objects()), end="")
         return 0
 
     from pdkit import console
-    from pdkit.ops.jobs import Waiting, connect_cluster
+    from pdkit.ops import kube
 
-    cluster = connect_cluster(args.kube_context)
+    cluster = kube.connect(args.kube_context)
     outcome = validate.run(
         plan,
         cluster,
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         role_images=roles,
         phases=phases,
         keep=args.keep,
-        waiting=lambda phase: Waiting(timeout_s=manifests.PHASE_DEADLINE_SECONDS[phase] + 120),
+        waiting=lambda phase: kube.Waiting(timeout_s=manifests.PHASE_DEADLINE_SECONDS[phase] + 120),
         say=lambda line: console.say(line, stderr=True),
     )
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")

@@ -12,9 +12,9 @@ if TYPE_CHECKING:
     from pdkit.errors import KitError
     from pdkit.model.plan import Plan
     from pdkit.ops.aws_clients import Aws
+    from pdkit.ops.kube import Kube
     from pdkit.pods.weights_manifest import FileEntry, Manifest
     from pdkit.render.serving.inputs import ServingInputs
-    from pdkit.render.serving.weights_job import ImportCluster
 
 HASH_CHUNK = 16 * 1024 * 1024
 SHOWN_EXTRAS = 5
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
         "--registry",
         help="ECR registry of the serving image (default: <account>.dkr.ecr.<region>.amazonaws.com; with --render and no aws.account, required)",
     )
-    imp.add_argument("--image", help="image for the Job (default: the plan's serving image: python3, boto3 and pdkit/serving)")
+    imp.add_argument("--image", help="image for the Job (default: the plan's serving image: python3, boto3 and pdkit/pods)")
     imp.add_argument("--workers", type=int, default=8, metavar="N", help="files streamed at once (default 8; memory grows with it)")
     imp.add_argument(
         "--deadline-hours", type=float, metavar="H", help="the Job's activeDeadlineSeconds (default: from the checkpoint size)"
@@ -88,7 +88,8 @@ def run_import(args: argparse.Namespace) -> int:
     from pdkit.errors import KitError
     from pdkit.ops import kube
     from pdkit.ops.aws_clients import Aws
-    from pdkit.render.serving import inputs, manifests, names, weights_job
+    from pdkit.render.pod import to_yaml
+    from pdkit.render.serving import inputs, names, weights_job
 
     plan = load_plan(args.profile)
     aws = Aws.for_args(args, plan)
@@ -100,7 +101,7 @@ def run_import(args: argparse.Namespace) -> int:
     registry = args.registry or (plan.image_registry(account) if plan.rehearses else f"{account}.dkr.ecr.{aws.region}.amazonaws.com")
     serving = inputs.from_plan(plan, registry=registry, image=args.image, weights_bucket=args.bucket or plan.weights.bucket(account))
     refuse_placeholders(plan, "pdkit weights import", ((serving.image, "--registry"), (serving.weights_bucket, "--bucket")))
-    token_arn: str | None = getattr(plan.profile.model, "hf_token_secret_arn", None)
+    token_arn = plan.weights.hf_token_secret_arn
     deadline = int(args.deadline_hours * 3600) if args.deadline_hours else weights_job.deadline_seconds(plan)
     job = weights_job.render(
         plan,
@@ -112,13 +113,13 @@ def run_import(args: argparse.Namespace) -> int:
         deadline_s=deadline,
     )
     if args.render:
-        print(manifests.to_yaml([job]), end="")
+        print(to_yaml([job]), end="")
         return 0
 
     ns, name = names.namespace(plan), job["metadata"]["name"]
     writer = weights_job.service_account_name(plan)
     try:
-        cluster = weights_job.connect(args.kube_context)
+        cluster = kube.connect(args.kube_context)
         return _run_job(args, plan, job, cluster, ns=ns, name=name, writer=writer, serving=serving, token_arn=token_arn, deadline=deadline)
     except kube.KubeUnreachable as err:
         console.say(f"Kubernetes: {err}", stderr=True)
@@ -134,7 +135,7 @@ def _run_job(
     args: argparse.Namespace,
     plan: Plan,
     job: dict[str, Any],
-    cluster: ImportCluster,
+    cluster: Kube,
     *,
     ns: str,
     name: str,
@@ -146,22 +147,21 @@ def _run_job(
     from pdkit import console
     from pdkit.cli.context import in_context, pdkit_command
     from pdkit.errors import KitError
-    from pdkit.render.serving import weights_job
+    from pdkit.ops import weights
 
     if not cluster.service_account_exists(ns, writer):
         raise KitError(
             f"service account {ns}/{writer} does not exist, so the Job would get no AWS access. Fix: deploy the serving stack "
             f"(it creates the account, its writer role and the Pod Identity association), or `pdkit render` and kubectl apply"
         )
-    model = plan.profile.model
-    current = cluster.current(ns, name)
+    current = cluster.job(ns, name)
     if current is not None and not current.finished and not args.restart:
         console.say(f"Job {ns}/{name} is already importing; leaving it running (--restart replaces it, and the new pod resumes).")
     else:
         cluster.replace(job)
         token = f"Hub token from {token_arn}" if token_arn else "no Hub token (the model is not gated)"
         console.say(
-            f"Job {ns}/{name} started on the system nodes: {model.id}@{model.revision} -> s3://{serving.weights_bucket}/{serving.weights_prefix} "
+            f"Job {ns}/{name} started on the system nodes: {plan.model.id}@{plan.weights.revision} -> s3://{serving.weights_bucket}/{serving.weights_prefix} "
             f"(~{plan.model.checkpoint_gb} GB streamed through the NAT gateway; {token}; deadline {deadline / 3600:.1f} h)."
         )
     if not args.wait:
@@ -169,7 +169,7 @@ def _run_job(
         return 0
     console.say("Watching the Job (Ctrl-C stops watching; the import goes on).", stderr=True)
     try:
-        outcome = weights_job.watch(cluster, ns, name, say=lambda line: console.say(line, stderr=True), timeout_s=deadline + 600)
+        outcome = weights.watch(cluster, ns, name, say=lambda line: console.say(line, stderr=True), timeout_s=deadline + 600)
     except KeyboardInterrupt:
         console.say(f"Stopped watching; the Job goes on: kubectl -n {ns} logs -f job/{name}", stderr=True)
         return 130

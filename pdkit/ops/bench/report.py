@@ -11,9 +11,10 @@ Plots (matplotlib, headless Agg backend):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pdkit.model.plan import Plan
 from pdkit.model.seed import Seed
@@ -49,13 +50,21 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 # --- plots ---------------------------------------------------------------------------------------------
 
 
-def _pyplot() -> Any:
+@contextmanager
+def _plot(path: Path, *, grid: Literal["major", "both"] = "major") -> Iterator[Any]:
+    """The axes of one figure; then its grid and legend, and the figure saved to `path` and closed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    yield ax
+    ax.grid(True, which=grid, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
 
 
 def _x_axis(ax: Any, levels: Sequence[Level]) -> list[float]:
@@ -74,88 +83,70 @@ def _x_axis(ax: Any, levels: Sequence[Level]) -> list[float]:
 
 
 def plot_itl(sweep: Sweep, seed: Seed, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    drawn = False
-    for level in sweep.levels:
-        if not level.itls_ms:
-            continue
-        values = sorted(level.itls_ms)
-        n = len(values)
-        share = [1 - i / n for i in range(n)]
-        ax.step(values, share, where="post", label=f"{level.label} (max {max(values):.0f} ms)")
-        drawn = True
-    if not drawn:
-        # Printed summaries only: no per-request gaps, so show what the summary has.
-        xs = _x_axis(ax, sweep.levels)
-        ax.plot(xs, [lv.get("p99_itl_ms") or 0 for lv in sweep.levels], "o-", label="p99 ITL")
-        ax.plot(xs, [lv.max_itl_ms or 0 for lv in sweep.levels], "s--", label="max ITL")
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("ITL (ms)")
-        ax.axhline(seed.efa_max_itl_ms, color="tab:green", linestyle=":", label=f"seed EFA max ITL {seed.efa_max_itl_ms:.0f} ms")
-        ax.axhline(seed.roce_max_itl_ms, color="tab:red", linestyle=":", label=f"seed RoCE max ITL {seed.roce_max_itl_ms:.0f} ms")
-        ax.set_title("Inter-token latency (summary only: no per-request ITLs saved)")
-    else:
-        from matplotlib.ticker import ScalarFormatter
+    with _plot(path, grid="both") as ax:
+        drawn = False
+        for level in sweep.levels:
+            if not level.itls_ms:
+                continue
+            values = sorted(level.itls_ms)
+            n = len(values)
+            share = [1 - i / n for i in range(n)]
+            ax.step(values, share, where="post", label=f"{level.label} (max {max(values):.0f} ms)")
+            drawn = True
+        if not drawn:
+            # Printed summaries only: no per-request gaps, so show what the summary has.
+            xs = _x_axis(ax, sweep.levels)
+            ax.plot(xs, [lv.get("p99_itl_ms") or 0 for lv in sweep.levels], "o-", label="p99 ITL")
+            ax.plot(xs, [lv.max_itl_ms or 0 for lv in sweep.levels], "s--", label="max ITL")
+            ax.set_xlabel("concurrency")
+            ax.set_ylabel("ITL (ms)")
+            ax.set_title("Inter-token latency (summary only: no per-request ITLs saved)")
+        else:
+            from matplotlib.ticker import ScalarFormatter
 
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.set_xlabel("inter-token latency (ms)")
-        ax.set_ylabel("share of gaps longer than x")
-        ax.axvline(seed.efa_max_itl_ms, color="tab:green", linestyle=":", label=f"seed EFA max ITL {seed.efa_max_itl_ms:.0f} ms")
-        ax.axvline(seed.roce_max_itl_ms, color="tab:red", linestyle=":", label=f"seed RoCE max ITL {seed.roce_max_itl_ms:.0f} ms")
-        ax.set_title("Inter-token latency distribution")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.set_xlabel("inter-token latency (ms)")
+            ax.set_ylabel("share of gaps longer than x")
+            ax.set_title("Inter-token latency distribution")
+        # The seed's max ITL: a level on the summary's ITL axis, a position on the distribution's.
+        mark = ax.axvline if drawn else ax.axhline
+        mark(seed.efa_max_itl_ms, color="tab:green", linestyle=":", label=f"seed EFA max ITL {seed.efa_max_itl_ms:.0f} ms")
+        mark(seed.roce_max_itl_ms, color="tab:red", linestyle=":", label=f"seed RoCE max ITL {seed.roce_max_itl_ms:.0f} ms")
     return path
 
 
 def plot_tpot(sweep: Sweep, seed: Seed, model: LatencyModel, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    levels = [lv for lv in sweep.levels if lv.get("mean_tpot_ms") is not None]
-    xs = _x_axis(ax, levels)
-    mean = [lv.get("mean_tpot_ms") or 0.0 for lv in levels]
-    ax.plot(xs, mean, "o-", label="mean TPOT (this run)")
-    p99 = [lv.get("p99_tpot_ms") for lv in levels]
-    if all(v is not None for v in p99):
-        ax.plot(xs, [v or 0.0 for v in p99], "s--", label="p99 TPOT (this run)")
-    if model.messages_per_token:
-        ibgda = [model.ibgda_equivalent_tpot_ms(m) for m in mean]
-        ax.plot(xs, ibgda, "^:", color="tab:purple", label=f"model: same run on IBGDA (- {model.formula})")
-    ax.axhline(seed.efa_mean_tpot_ms, color="tab:green", linestyle="-.", label=f"seed EFA mean TPOT {seed.efa_mean_tpot_ms:.1f} ms")
-    ax.axhline(seed.roce_mean_tpot_ms, color="tab:red", linestyle="-.", label=f"seed RoCE mean TPOT {seed.roce_mean_tpot_ms:.1f} ms")
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("time per output token (ms)")
-    ax.set_title("TPOT against concurrency")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    with _plot(path) as ax:
+        levels = [lv for lv in sweep.levels if lv.get("mean_tpot_ms") is not None]
+        xs = _x_axis(ax, levels)
+        mean = [lv.get("mean_tpot_ms") or 0.0 for lv in levels]
+        ax.plot(xs, mean, "o-", label="mean TPOT (this run)")
+        p99 = [lv.get("p99_tpot_ms") for lv in levels]
+        if all(v is not None for v in p99):
+            ax.plot(xs, [v or 0.0 for v in p99], "s--", label="p99 TPOT (this run)")
+        if model.messages_per_token:
+            ibgda = [model.ibgda_equivalent_tpot_ms(m) for m in mean]
+            ax.plot(xs, ibgda, "^:", color="tab:purple", label=f"model: same run on IBGDA (- {model.formula})")
+        ax.axhline(seed.efa_mean_tpot_ms, color="tab:green", linestyle="-.", label=f"seed EFA mean TPOT {seed.efa_mean_tpot_ms:.1f} ms")
+        ax.axhline(seed.roce_mean_tpot_ms, color="tab:red", linestyle="-.", label=f"seed RoCE mean TPOT {seed.roce_mean_tpot_ms:.1f} ms")
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel("time per output token (ms)")
+        ax.set_title("TPOT against concurrency")
     return path
 
 
 def plot_ttft(sweep: Sweep, seed: Seed, path: Path) -> Path:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    xs = _x_axis(ax, sweep.levels)
-    for metric, style, label in (("mean_ttft_ms", "o-", "mean"), ("median_ttft_ms", "d-", "median"), ("p99_ttft_ms", "s--", "p99")):
-        values = [lv.get(metric) for lv in sweep.levels]
-        if values and all(v is not None for v in values):
-            ax.plot(xs, [v or 0.0 for v in values], style, label=f"{label} TTFT (this run)")
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("time to first token (ms)")
-    ax.set_title(f"TTFT against concurrency (seed: EFA and RoCE {seed.ttft_difference_pct:.0f}% apart, no absolute value published)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
+    with _plot(path) as ax:
+        xs = _x_axis(ax, sweep.levels)
+        for metric, style, label in (("mean_ttft_ms", "o-", "mean"), ("median_ttft_ms", "d-", "median"), ("p99_ttft_ms", "s--", "p99")):
+            values = [lv.get(metric) for lv in sweep.levels]
+            if values and all(v is not None for v in values):
+                ax.plot(xs, [v or 0.0 for v in values], style, label=f"{label} TTFT (this run)")
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel("time to first token (ms)")
+        ax.set_title(f"TTFT against concurrency (seed: EFA and RoCE {seed.ttft_difference_pct:.0f}% apart, no absolute value published)")
     return path
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pdkit.model.plan import Plan
 from pdkit.ops.bench.results import Level, levels_from_log
-from pdkit.ops.jobs import Cluster, JobState, PodState, Waiting, run_jobs
+from pdkit.ops.kube import Cluster, JobState, PodState, Waiting, run_jobs
 from pdkit.pods import bench_compact as compact
 from pdkit.render import bench as manifests
 from pdkit.render.serving import names
@@ -44,7 +44,7 @@ class BenchRun:
 
 def deadline_seconds(plan: Plan, levels: tuple[int, ...]) -> int:
     """Every request at the profile's p99 alarm limits (TTFT + output_len x TPOT), level by level."""
-    b, obs = plan.profile.bench, plan.profile.observability
+    b, obs = plan.bench, plan.alarms
     per_request = obs.ttft_p99_ms / 1000 + b.output_len * obs.tpot_p99_ms / 1000
     total = sum(math.ceil((b.prompts_per_level + b.warmup_requests) / c) * per_request for c in levels)
     return int(total) + DEADLINE_SLACK_SECONDS
@@ -105,9 +105,9 @@ def run(
         "workload": workload,
         "levels": list(levels),
         "input_len": manifests.prompt_len(plan, workload),
-        "output_len": plan.profile.bench.output_len,
-        "prompts_per_level": plan.profile.bench.prompts_per_level,
-        "warmup_requests": plan.profile.bench.warmup_requests,
+        "output_len": plan.bench.output_len,
+        "prompts_per_level": plan.bench.prompts_per_level,
+        "warmup_requests": plan.bench.warmup_requests,
         "command": manifests.bench_argv(
             plan, concurrency=levels[0], base_url=manifests.router_url(plan), tokenizer=tokenizer or plan.model.id, workload=workload
         ),

@@ -15,10 +15,10 @@ from typing import Any
 from pdkit.model.plan import Plan
 from pdkit.model.thresholds import NCCL_LARGE_MESSAGE_BYTES, Thresholds
 from pdkit.ops.fabric import parsers
-from pdkit.ops.jobs import JobRun
-from pdkit.ops.kube import Node
+from pdkit.ops.kube import JobRun, Node
 from pdkit.render import ami
-from pdkit.render.fabric import NCCL_TESTS
+from pdkit.render.fabric import NCCL_TESTS, NODE_IMAGE_MODULES
+from pdkit.render.pod import EFA, GPU
 from pdkit.render.serving.drain import drain_plan
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -27,7 +27,7 @@ PLAYBOOK = "runbooks/README.md"
 VALIDATE = "runbooks/03-validate.md"
 NEXT = {
     "node_not_joining": f"`pdkit status`, then {PLAYBOOK}#node-not-joining",
-    "wrong_efa_count": f"`kubectl describe node NODE | grep vpc.amazonaws.com/efa`, then {PLAYBOOK}#wrong-efa-count",
+    "wrong_efa_count": f"`kubectl describe node NODE | grep {EFA}`, then {PLAYBOOK}#wrong-efa-count",
     "memlock": f"give containerd an unlimited RLIMIT_MEMLOCK on the GPU nodes: {VALIDATE}#locked-memory",
     "pingpong_failed": f"efa provider or the EFA security group's self rule: {VALIDATE}#fi_pingpong-fails",
     "pingpong_slow": f"`pdkit topology` (same network node?), then {VALIDATE}#fi_pingpong-fails",
@@ -47,7 +47,7 @@ NEXT = {
     "image": "the validation image is not in ECR yet: follow the CodeBuild run (containers/README.md, 'Build in-region')",
     "node_image_driver": f"the node runs another NVIDIA driver than its image recorded: {VALIDATE}#node-image-checks-fail",
     "node_image_branch": f"the node's NVIDIA driver is older than the branch the serving image's CUDA needs: {VALIDATE}#node-image-checks-fail",
-    "node_image_gpus": f"`kubectl describe node NODE` (GPU conditions, nvidia.com/gpu), then {VALIDATE}#node-image-checks-fail",
+    "node_image_gpus": f"`kubectl describe node NODE` (GPU conditions, {GPU}), then {VALIDATE}#node-image-checks-fail",
     "node_image_fabric": f"NVSwitch fabric not ready (fabric manager): {VALIDATE}#node-image-checks-fail",
     "node_image_modules": f"efa / efa_nv_peermem not loaded on the node: {VALIDATE}#node-image-checks-fail",
     "timeout": f"`kubectl -n NAMESPACE logs job/JOB --all-containers`, then {VALIDATE}#a-check-times-out",
@@ -74,10 +74,10 @@ def _row(ok: bool, name: str, target: str, measured: str, threshold: str, next_s
 
 def stuck_next_step(plan: Plan, problem: str) -> str:
     """The next step for a Job that could not run, from the scheduler's or kubelet's message."""
-    if "Insufficient nvidia.com/gpu" in problem:
+    if f"Insufficient {GPU}" in problem:
         scale = "; ".join(shlex.join(c) for c in drain_plan(plan).kubectl_scale_down())
         return f"serving holds the GPUs: {scale} (restore afterwards), then validate again"
-    if "Insufficient vpc.amazonaws.com/efa" in problem:
+    if f"Insufficient {EFA}" in problem:
         return NEXT["wrong_efa_count"]
     if "didn't match" in problem or "untolerated taint" in problem or "nodes are available: 0" in problem:
         return NEXT["node_not_joining"]
@@ -124,7 +124,6 @@ def node_checks(plan: Plan, th: Thresholds, nodes: list[Node]) -> list[Check]:
 
 # --- phase 0: the node image ----------------------------------------------------------------------------
 
-NODE_IMAGE_MODULES = ("efa", "efa_nv_peermem")
 FABRIC_READY = ("Completed", "Success")
 
 

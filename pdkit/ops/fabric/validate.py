@@ -18,7 +18,7 @@ from pdkit.model.plan import Plan
 from pdkit.model.thresholds import Thresholds, derive
 from pdkit.ops.fabric import checks
 from pdkit.ops.fabric.checks import Check
-from pdkit.ops.jobs import Cluster, JobRun, Waiting, run_jobs
+from pdkit.ops.kube import Cluster, JobRun, Waiting, run_jobs
 from pdkit.render import fabric as manifests
 from pdkit.render.serving import names
 from pdkit.render.serving.drain import drain_plan
@@ -139,8 +139,8 @@ def run(
     pods = {spec.key: spec.pods for spec in bundle.jobs}
     if not plan.decode.ep_spans_nodes and "uccl" in phases:
         skipped["UCCL-EP low latency"] = "decode EP fits in one node: no dispatch/combine crosses EFA"
-    if not manifests.runs_mooncake(plan) and "mooncake" in phases:
-        skipped["Mooncake KV write"] = f"serving.kv_transfer is {plan.profile.serving.kv_transfer}: KV does not go through Mooncake"
+    if not plan.runs_mooncake and "mooncake" in phases:
+        skipped["Mooncake KV write"] = f"serving.kv_transfer is {plan.kv_transfer}: KV does not go through Mooncake"
     blocked: str | None = None
     created: list[dict[str, Any]] = []
     try:

@@ -63,7 +63,7 @@ def capture(plan: Plan, *, ec2: Any, core: Any, now: datetime) -> Bundle:
     """One snapshot: the GPU node groups' instances, the block, the GPU nodes, the serving pods, their events and logs."""
     from pdkit.ops import kube
 
-    namespace = plan.profile.serving.namespace
+    namespace = plan.namespace
     bundle = Bundle(deployment=plan.name, namespace=namespace, captures=[now.isoformat()])
     pages = ec2.get_paginator("describe_instances").paginate(Filters=_instance_filters(plan))
     bundle.instances = [_plain(i) for page in pages for r in page.get("Reservations", []) for i in r.get("Instances", [])]
@@ -71,7 +71,9 @@ def capture(plan: Plan, *, ec2: Any, core: Any, now: datetime) -> Bundle:
         bundle.reservation = _plain(ec2.describe_capacity_reservations(CapacityReservationIds=[plan.reservation_id]))
 
     def read(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        response = kube._call(lambda: fn(*args, _preload_content=False, _request_timeout=kube.TIMEOUT_SECONDS, **kwargs))
+        response = kube.call(
+            f"call {fn.__name__}", lambda: fn(*args, _preload_content=False, _request_timeout=kube.TIMEOUT_SECONDS, **kwargs)
+        )
         return json.loads(response.data) if kwargs.get("container") is None else response.data.decode("utf-8", "replace")
 
     selector = f"{ROLE_LABEL} in ({','.join(plan.roles)})"

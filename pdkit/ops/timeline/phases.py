@@ -168,7 +168,7 @@ def planned_minutes(plan: Plan, *, server_compiled: bool = False) -> dict[str, f
     return {
         "node join": float(NODES_READY_MINUTES),
         "pod start": None,
-        "image pull": est.image_ready_minutes[plan.profile.ami.source],
+        "image pull": est.image_ready_minutes[plan.ami_source],
         "weights staging": est.staging_minutes,
         "DeepGEMM precompile": est.precompile_minutes,
         "model load": est.load_minutes,

@@ -100,7 +100,7 @@ def _figure(plan: Plan, ident: str, metric: str, role: str | None, stat: str, *,
 
 
 def alarms(plan: Plan) -> list[Alarm]:
-    p = plan.profile.observability
+    p = plan.alarms
     name = plan.name
     out = [
         Alarm(
@@ -259,7 +259,7 @@ def _block_ending(plan: Plan) -> Alarm:
 
 
 def _no_healthy(plan: Plan, role: str, grace: int) -> Alarm:
-    first_step = f"`kubectl -n {plan.profile.serving.namespace} get lws,pods -L pdkit/role`; logs of the {role} leader pod."
+    first_step = f"`kubectl -n {plan.namespace} get lws,pods -L pdkit/role`; logs of the {role} leader pod."
     if plan.market == "on-demand":
         return Alarm(
             f"no-healthy-{role}",

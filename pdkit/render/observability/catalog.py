@@ -40,7 +40,7 @@ SGLANG_ESCAPED_PREFIX = "sglang_"
 SGLANG_JOB = "sglang"
 ROUTER_JOB = "router"
 # SGLang serves /metrics on its HTTP port (--port); the router's Prometheus listens on 29000
-# (--prometheus-port). Agreed with pdkit/serving by value; a test cross-checks both.
+# (--prometheus-port). Agreed with pdkit/render/serving by value; a test cross-checks both.
 SGLANG_PORT = 30000
 ROUTER_METRICS_PORT = 29000
 METRICS_PATH = "/metrics"

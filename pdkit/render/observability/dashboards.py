@@ -31,13 +31,13 @@ def dashboard_names(plan: Plan) -> dict[str, str]:
 
 
 def serving(plan: Plan, *, alarm_arn_prefix: str) -> dict[str, Any]:
-    p = plan.profile.observability
+    p = plan.alarms
     roles = list(plan.roles)
     widgets = [
         _text(
             f"# {plan.name}: serving\n"
             f"{', '.join(f'{r.name} {r.replicas} x {r.nodes_per_replica} nodes' for r in plan.roles.values())}; "
-            f"router x {plan.profile.serving.router.replicas}. Figures: SGLang and router metrics in Prometheus, "
+            f"router x {plan.router.replicas}. Figures: SGLang and router metrics in Prometheus, "
             f"quantiles over the last 5 minutes, published each minute. Decode TTFT is what clients see "
             f"(it includes prefill and the KV transfer).\n\n{MAX_ITL_NOTE}",
             height=3,
@@ -105,7 +105,7 @@ def _expert_balance(plan: Plan) -> list[Widget]:
     roles = [r.name for r in plan.roles.values() if r.reports_expert_balancedness]
     if not roles:
         return []
-    floor = plan.profile.observability.expert_balancedness_min
+    floor = plan.alarms.expert_balancedness_min
     return [
         _figure_graph(
             plan,
@@ -119,7 +119,7 @@ def _expert_balance(plan: Plan) -> list[Widget]:
 
 def infrastructure(plan: Plan, *, alarm_arn_prefix: str) -> dict[str, Any]:
     gpus, efa = plan.instance.gpus, plan.efa_devices_per_node
-    namespace = plan.profile.serving.namespace
+    namespace = plan.namespace
     widgets = [_text(f"# {plan.name}: infrastructure\n{_capacity_line(plan)}", height=2, width=24), *_block_widgets(plan)]
     widgets += [
         _search_graph(plan, "GPU utilization per node (%)", "node_gpu_utilization", "Average"),

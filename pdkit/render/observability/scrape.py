@@ -27,6 +27,7 @@ import yaml
 
 from pdkit.model.plan import ROLE_LABEL, Plan
 from pdkit.render.observability import catalog as c
+from pdkit.render.pod import PlainDumper
 
 SCRAPE_INTERVAL = "30s"  # the managed collector's minimum
 SCRAPE_TIMEOUT = "10s"
@@ -42,7 +43,7 @@ WORKER_URL_ADDRESS = r"https?://([^/]+)/?"
 
 
 def config(plan: Plan) -> dict[str, Any]:
-    namespace = plan.profile.serving.namespace
+    namespace = plan.namespace
     discovery = [{"role": "pod", "namespaces": {"names": [namespace]}}]
     roles = "|".join(sorted(plan.roles))
     common = [
@@ -97,13 +98,6 @@ def config(plan: Plan) -> dict[str, Any]:
     }
 
 
-class _PlainDumper(yaml.SafeDumper):
-    """No YAML anchors/aliases for repeated blocks: every job reads on its own."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def render(plan: Plan) -> str:
     """The YAML the collector takes (base64-encoded by the stack)."""
-    return yaml.dump(config(plan), Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+    return yaml.dump(config(plan), Dumper=PlainDumper, sort_keys=False, default_flow_style=False)

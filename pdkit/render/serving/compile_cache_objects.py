@@ -1,6 +1,6 @@
 """The Kubernetes side of SGLang's warm compile cache (pdkit/pods/compile_cache.py does the work).
 
-- A PersistentVolume on the node's NVMe (next to the staged weights), mounted at CACHE_ROOT, so a
+- A PersistentVolume on the node's NVMe (next to the staged weights; manifests.node_storage), mounted at CACHE_ROOT, so a
   restarted or recreated group finds its kernels compiled. Like the weights volume it keeps hostPath
   out of the pod spec. The directory kubelet creates is root's; the weights stager (root, no
   capability) opens it to the serving user with mode 1777, the one thing that needs root.
@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
 
 from pdkit.model.plan import Plan, RolePlan
 from pdkit.pods.compile_cache import CACHE_ROOT, WORKER_INDEX_ENV, cache_key, role_cache_dir
 from pdkit.render.node_config import NVME_MOUNT
+from pdkit.render.pod import Obj
 from pdkit.render.serving import names
 from pdkit.render.serving.inputs import ServingInputs
 from pdkit.render.serving.sglang_args import SGLANG_VERSION, launch_argv
-
-Obj = dict[str, Any]
 
 NODE_CACHE_DIR = f"{NVME_MOUNT}0/pdkit-compile-cache"
 CACHE_VOLUME = "compile-cache"
@@ -52,35 +50,8 @@ def object_key(plan: Plan, role: RolePlan, image: str) -> str:
     return f"{cache_prefix(plan)}{role.name}/{key(plan, role, image)}.tar"
 
 
-def volume_name(plan: Plan) -> str:
-    return f"{names.namespace(plan)}-{claim_name(plan)}"
-
-
 def claim_name(plan: Plan) -> str:
     return f"{plan.name}-{CACHE_VOLUME}"
-
-
-def volume(plan: Plan, meta: Obj) -> Obj:
-    spec = {
-        "capacity": {"storage": CACHE_CAPACITY},
-        "accessModes": ["ReadWriteMany"],
-        "persistentVolumeReclaimPolicy": "Retain",
-        "storageClassName": "",
-        "volumeMode": "Filesystem",
-        "claimRef": {"namespace": names.namespace(plan), "name": claim_name(plan)},
-        "hostPath": {"path": NODE_CACHE_DIR, "type": "DirectoryOrCreate"},
-    }
-    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": spec}
-
-
-def claim(plan: Plan, meta: Obj) -> Obj:
-    spec = {
-        "accessModes": ["ReadWriteMany"],
-        "storageClassName": "",
-        "volumeName": volume_name(plan),
-        "resources": {"requests": {"storage": CACHE_CAPACITY}},
-    }
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
 def pod_volume(plan: Plan) -> Obj:

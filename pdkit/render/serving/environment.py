@@ -64,7 +64,7 @@ def fabric_env(plan: Plan, *, host_network: bool) -> dict[str, str]:
         # UCCL-EP bootstraps its proxies over TCP on this interface; unset, it guesses and can hang
         # (ep/README.md: "should be the interface that you would use for the --master_addr").
         env["UCCL_SOCKET_IFNAME"] = interface
-    if plan.profile.serving.kv_transfer == "mooncake":
+    if plan.runs_mooncake:
         env.update(mooncake_env())
     else:
         # NIXL's default UCX backend does not drive EFA; its LIBFABRIC plugin does.

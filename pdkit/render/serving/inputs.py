@@ -10,7 +10,7 @@ placeholder:
 - `plan.images["router"]`: the slim router image (containers/router/), when versions.yaml has it (else
   the serving image, which also carries the router);
 - `plan.weights.bucket(account)` / `plan.weights.prefix`: where the weights import puts the checkpoint;
-- `plan.profile.serving.host_network`: the hostNetwork switch (default off).
+- `plan.host_network`: the hostNetwork switch (default off).
 
 `pdkit render --registry/--image/--router-image/--weights-bucket` override them for plain-YAML users.
 """
@@ -66,6 +66,6 @@ def from_plan(
         router_image=router,
         weights_bucket=weights_bucket or plan.weights.bucket(plan.account or PLACEHOLDER_ACCOUNT),
         weights_prefix=plan.weights.prefix,
-        host_network=plan.profile.serving.host_network,
+        host_network=plan.host_network,
         role_images={} if image else {role.name: plan.images[role.image].uri(registry) for role in plan.roles.values()},
     )

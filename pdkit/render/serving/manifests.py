@@ -10,7 +10,7 @@ GitOps users. Security posture, each choice explained in runbooks/02-serve.md ("
   that limit before SGLang starts. A role that needs more has an escape hatch (role_pod).
 - The namespace enforces Pod Security "baseline" (audited against "restricted"). The weights volume
   is a PersistentVolume the kit creates on the node's NVMe, so pods mount a claim, not a hostPath.
-- hostNetwork is off; turning it on (plan.profile.serving.host_network) also lowers the namespace to
+- hostNetwork is off; turning it on (plan.host_network) also lowers the namespace to
   "privileged", which hostNetwork requires.
 """
 
@@ -19,27 +19,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import yaml
-
 from pdkit.model.placement import PLACED_ROLE_LABEL
 from pdkit.model.plan import ROLE_LABEL, Plan, RolePlan
 from pdkit.pods.compile_cache import CACHE_ROOT
+from pdkit.render import pod
 from pdkit.render.node_config import CONTAINERD_MEMLOCK_DROPIN, NVME_MOUNT
+from pdkit.render.pod import Obj
 from pdkit.render.serving import compile_cache_objects, drain, names, role_pod
 from pdkit.render.serving.environment import fabric_env
 from pdkit.render.serving.inputs import ServingInputs
 from pdkit.render.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT, router_argv
 from pdkit.render.serving.sglang_args import BOOTSTRAP_PORT, DIST_INIT_PORT, SGLANG_PORT, WEIGHTS_ROOT, launch_argv, model_dir, role_env
 
-Obj = dict[str, Any]
-
 DS_API = "disaggregatedset.x-k8s.io/v1"
-GPU_RESOURCE = role_pod.GPU_RESOURCE
-EFA_RESOURCE = role_pod.EFA_RESOURCE
 # nodeadm `localStorage.strategy: RAID0` mounts the instance NVMe array at <NVME_MOUNT>0 (EKS AL2023 AMI).
 NODE_WEIGHTS_DIR = f"{NVME_MOUNT}0/pdkit-weights"
-SHM_FRACTION_OF_NODE_MEMORY = 8  # /dev/shm sized to 1/8 of the node's memory (NCCL, torch IPC)
-POD_SHARE_OF_NODE = role_pod.POD_SHARE_OF_NODE
 # SGLang answers /health with a one-token generation that may take SGLANG_HEALTH_CHECK_TIMEOUT (20 s).
 HEALTH_TIMEOUT_SECONDS = 25
 STARTUP_PERIOD_SECONDS = 30
@@ -48,7 +42,6 @@ STARTUP_PERIOD_SECONDS = 30
 LIVENESS_PERIOD_SECONDS = 60
 LIVENESS_FAILURES = 5
 LB_CONTROLLER_CLASS = "service.k8s.aws/nlb"
-PSS_VERSION_PREFIX = "v"
 
 # EFA registers host buffers with the NIC, which counts against RLIMIT_MEMLOCK for a non-root
 # process; a small limit fails deep inside libfabric/NCCL. Say so before SGLang starts.
@@ -99,16 +92,15 @@ def admin_key_env(plan: Plan) -> Obj:
 
 def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
     """Every object, in apply order (namespace and cluster-scoped objects first)."""
+    cache = compile_cache_objects
     objs: list[Obj] = [
         namespace(plan, inputs),
         service_account(plan, "weights-reader", "weights read-only: EKS Pod Identity association made by the serving stack"),
         service_account(plan, "weights-writer", "weights write (import Job): Pod Identity association made by the serving stack"),
         service_account(plan, "router", "none: the router calls no AWS API", kube_api=True),
         fabric_config_map(plan, inputs),
-        weights_volume(plan),
-        weights_claim(plan),
-        compile_cache_objects.volume(plan, _meta(plan, compile_cache_objects.volume_name(plan), "compile-cache", namespaced=False)),
-        compile_cache_objects.claim(plan, _meta(plan, compile_cache_objects.claim_name(plan), "compile-cache")),
+        *node_storage(plan, "weights", names.weights_claim(plan), NODE_WEIGHTS_DIR, _weights_capacity(plan)),
+        *node_storage(plan, cache.CACHE_VOLUME, cache.claim_name(plan), cache.NODE_CACHE_DIR, cache.CACHE_CAPACITY),
     ]
     objs.append(disaggregated_set(plan, inputs))
     for role in plan.roles.values():
@@ -122,10 +114,6 @@ def render(plan: Plan, inputs: ServingInputs) -> list[Obj]:
     return objs
 
 
-def to_yaml(objs: list[Obj]) -> str:
-    return yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=False, width=200)
-
-
 def _meta(plan: Plan, name: str, component: str, *, namespaced: bool = True, **extra: Any) -> Obj:
     meta: Obj = {"name": name}
     if namespaced:
@@ -136,18 +124,10 @@ def _meta(plan: Plan, name: str, component: str, *, namespaced: bool = True, **e
 
 
 def namespace(plan: Plan, inputs: ServingInputs) -> Obj:
-    version = PSS_VERSION_PREFIX + plan.kubernetes_version
     # hostNetwork and a role's security escape hatch are forbidden by "baseline": the plan lowers
     # enforcement with them (plan.pod_security); `pdkit render --host-network` lowers it too.
     enforce = "privileged" if inputs.host_network else plan.pod_security
-    labels = {
-        "pod-security.kubernetes.io/enforce": enforce,
-        "pod-security.kubernetes.io/enforce-version": version,
-        "pod-security.kubernetes.io/warn": enforce,
-        "pod-security.kubernetes.io/warn-version": version,
-        "pod-security.kubernetes.io/audit": "restricted",
-        "pod-security.kubernetes.io/audit-version": version,
-    }
+    labels = pod.namespace_labels(plan, enforce=enforce, warn=enforce, audit="restricted")
     # Several deployments may share the namespace: no deployment-specific label on it.
     meta = {"name": names.namespace(plan), "labels": {names.MANAGED_BY_LABEL: "pdkit", **labels}}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
@@ -170,39 +150,30 @@ def _weights_capacity(plan: Plan) -> str:
     return f"{math.ceil(plan.model.checkpoint_gb * 1.25)}G"
 
 
-def weights_volume_name(plan: Plan) -> str:
-    return f"{names.namespace(plan)}-{names.weights_claim(plan)}"
-
-
-def weights_volume(plan: Plan) -> Obj:
-    """The node's NVMe directory as a PersistentVolume: it outlives pods (a restarted group finds its
-    weights staged) and keeps hostPath out of the pod spec. Pre-bound to the kit's claim only."""
-    spec = {
-        "capacity": {"storage": _weights_capacity(plan)},
+def node_storage(plan: Plan, component: str, claim: str, path: str, capacity: str) -> list[Obj]:
+    """A directory on the node's NVMe as a PersistentVolume and the one claim it is pre-bound to: it
+    outlives pods (a restarted group finds its weights staged, its kernels compiled) and keeps hostPath
+    out of the pod spec."""
+    volume = f"{names.namespace(plan)}-{claim}"
+    pv_spec = {
+        "capacity": {"storage": capacity},
         "accessModes": ["ReadWriteMany"],
         "persistentVolumeReclaimPolicy": "Retain",
         "storageClassName": "",
         "volumeMode": "Filesystem",
-        "claimRef": {"namespace": names.namespace(plan), "name": names.weights_claim(plan)},
-        "hostPath": {"path": NODE_WEIGHTS_DIR, "type": "DirectoryOrCreate"},
+        "claimRef": {"namespace": names.namespace(plan), "name": claim},
+        "hostPath": {"path": path, "type": "DirectoryOrCreate"},
     }
-    meta = _meta(plan, weights_volume_name(plan), "weights", namespaced=False)
-    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta, "spec": spec}
-
-
-def weights_claim(plan: Plan) -> Obj:
-    spec = {
+    claim_spec = {
         "accessModes": ["ReadWriteMany"],
         "storageClassName": "",
-        "volumeName": weights_volume_name(plan),
-        "resources": {"requests": {"storage": _weights_capacity(plan)}},
+        "volumeName": volume,
+        "resources": {"requests": {"storage": capacity}},
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": _meta(plan, names.weights_claim(plan), "weights"),
-        "spec": spec,
-    }
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": _meta(plan, volume, component, namespaced=False), "spec": pv_spec},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(plan, claim, component), "spec": claim_spec},
+    ]
 
 
 def startup_failure_threshold(plan: Plan) -> int:
@@ -228,7 +199,7 @@ def _sglang_container(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
     ports = [{"name": "http", "containerPort": SGLANG_PORT}, {"name": "dist-init", "containerPort": DIST_INIT_PORT}]
     if role.name == "prefill":
         ports.append({"name": "bootstrap", "containerPort": BOOTSTRAP_PORT})
-    env = [{"name": k, "value": v} for k, v in sorted(role_env(plan, role.name).items())]
+    env = pod.env(role_env(plan, role.name))
     container: Obj = {
         "name": "sglang",
         "image": inputs.role_image(role.name),
@@ -245,7 +216,7 @@ def _sglang_container(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Obj:
         "securityContext": role_pod.container_security(role),
         "volumeMounts": [
             {"name": "weights", "mountPath": WEIGHTS_ROOT, "readOnly": True},
-            {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - a memory emptyDir, not the host's /dev/shm
+            pod.shm_mount(),
             compile_cache_objects.mount(),
         ],
     }
@@ -279,11 +250,9 @@ def _staging_container(plan: Plan, inputs: ServingInputs, image: str) -> Obj:
         # Root only to write into the root-owned node directory; no capability, no escalation.
         "securityContext": {
             "runAsUser": 0,
+            **pod.container_security(),
             "runAsNonRoot": False,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
+            "seccompProfile": {"type": pod.RUNTIME_DEFAULT},
         },
         "volumeMounts": [{"name": "weights", "mountPath": WEIGHTS_ROOT}, compile_cache_objects.mount()],
     }
@@ -293,18 +262,10 @@ def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Ob
     labels = _pod_labels(plan, role)
     # Any GPU node may serve any role: the role follows the network topology (pdkit/model/placement.py), so the
     # pod tolerates every GPU role's taint and only prefers its placed role, then its node group's role.
-    tolerations = [
-        {"key": r.taint["key"], "operator": "Equal", "value": r.taint["value"], "effect": r.taint["effect"]} for r in plan.roles.values()
-    ]
     prefer = [
         {"weight": weight, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": [role.name]}]}}
         for key, weight in ((PLACED_ROLE_LABEL, 100), (ROLE_LABEL, 10))
     ]
-    one_per_node = {
-        "labelSelector": {"matchLabels": {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}},
-        "topologyKey": "kubernetes.io/hostname",
-    }
-    shm = f"{plan.instance.memory_mib // SHM_FRACTION_OF_NODE_MEMORY}Mi"
     serving = _sglang_container(plan, role, inputs)
     spec: Obj = {
         "serviceAccountName": names.service_account(plan, "weights-reader"),
@@ -313,12 +274,9 @@ def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Ob
         # The preStop hook saves the compile cache at the end-of-block drain (compile_cache_objects).
         "terminationGracePeriodSeconds": compile_cache_objects.SAVE_GRACE_SECONDS,
         "securityContext": role_pod.pod_security(role),
-        "nodeSelector": {**plan.gpu_node_labels, "node.kubernetes.io/instance-type": plan.instance.name},
-        "tolerations": tolerations,
-        "affinity": {
-            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefer},
-            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]},
-        },
+        "nodeSelector": pod.gpu_node_selector(plan, plan.gpu_node_labels),
+        "tolerations": pod.tolerations(plan.roles.values()),
+        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefer}, **pod.one_per_node(_sglang_labels(plan))},
         "initContainers": [
             _staging_container(plan, inputs, str(serving["image"])),
             compile_cache_objects.warm_container(plan, role, inputs, serving),
@@ -326,7 +284,7 @@ def sglang_pod_template(plan: Plan, role: RolePlan, inputs: ServingInputs) -> Ob
         "containers": [serving],
         "volumes": [
             {"name": "weights", "persistentVolumeClaim": {"claimName": names.weights_claim(plan)}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+            pod.shm_volume(plan),
             compile_cache_objects.pod_volume(plan),
         ],
     }
@@ -513,7 +471,7 @@ def _router_labels(plan: Plan) -> dict[str, str]:
 
 
 def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
-    router = plan.profile.serving.router
+    router = plan.router
     labels = names.common_labels(plan, "router")
     container = {
         "name": "router",
@@ -526,13 +484,7 @@ def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
         "livenessProbe": {"httpGet": {"path": "/liveness", "port": "http"}, "periodSeconds": 20, "failureThreshold": 3},
         # Ready once at least one worker pair answers /health: the load balancer waits for the model.
         "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": pod.container_security(read_only_root=True),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108 - an emptyDir, not the host's /tmp
     }
     pod_spec = {
@@ -540,13 +492,13 @@ def router_deployment(plan: Plan, inputs: ServingInputs) -> Obj:
         # The router discovers the workers through the Kubernetes API (router_discovery_role).
         "automountServiceAccountToken": True,
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod.pod_security(),
         # The on-demand system nodes, never the GPU nodes of the block.
         "nodeSelector": dict(plan.system_node_labels),
         "topologySpreadConstraints": [
             {
                 "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
+                "topologyKey": pod.HOSTNAME_TOPOLOGY,
                 "whenUnsatisfiable": "ScheduleAnyway",
                 "labelSelector": {"matchLabels": _router_labels(plan)},
             }
@@ -575,8 +527,8 @@ def router_disruption_budget(plan: Plan) -> Obj:
     }
 
 
-def _sglang_selector(plan: Plan) -> Obj:
-    return {"matchLabels": {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}}
+def _sglang_labels(plan: Plan) -> dict[str, str]:
+    return {names.PART_OF_LABEL: plan.name, names.COMPONENT_LABEL: "sglang"}
 
 
 def sglang_network_policy(plan: Plan) -> Obj:
@@ -590,12 +542,12 @@ def sglang_network_policy(plan: Plan) -> Obj:
     Identity agent, every pod resolves DNS."""
     router = {"podSelector": {"matchLabels": _router_labels(plan)}}
     spec = {
-        "podSelector": _sglang_selector(plan),
+        "podSelector": {"matchLabels": _sglang_labels(plan)},
         "policyTypes": ["Ingress"],
         "ingress": [
             {"from": [router], "ports": [{"protocol": "TCP", "port": SGLANG_PORT}]},
-            {"from": [{"podSelector": _sglang_selector(plan)}]},
-            {"from": [{"ipBlock": {"cidr": str(plan.profile.network.vpc_cidr)}}], "ports": [{"protocol": "TCP", "port": SGLANG_PORT}]},
+            {"from": [{"podSelector": {"matchLabels": _sglang_labels(plan)}}]},
+            {"from": [{"ipBlock": {"cidr": str(plan.network.vpc_cidr)}}], "ports": [{"protocol": "TCP", "port": SGLANG_PORT}]},
         ],
     }
     meta = _meta(plan, f"{plan.name}-sglang", "sglang")
@@ -606,7 +558,7 @@ def router_network_policy(plan: Plan) -> Obj:
     """The router answers on its HTTP and metrics ports only, from inside the VPC (the internal NLB's IP
     targets, the collector, `pdkit bench` pods)."""
     ports = [{"protocol": "TCP", "port": ROUTER_PORT}, {"protocol": "TCP", "port": ROUTER_METRICS_PORT}]
-    sources = [{"ipBlock": {"cidr": str(plan.profile.network.vpc_cidr)}}, {"namespaceSelector": {}}]
+    sources = [{"ipBlock": {"cidr": str(plan.network.vpc_cidr)}}, {"namespaceSelector": {}}]
     spec = {
         "podSelector": {"matchLabels": _router_labels(plan)},
         "policyTypes": ["Ingress"],
@@ -630,7 +582,7 @@ def router_service(plan: Plan) -> Obj:
         "loadBalancerClass": LB_CONTROLLER_CLASS,
         # IP targets need no node ports: none are opened on the nodes.
         "allocateLoadBalancerNodePorts": False,
-        "loadBalancerSourceRanges": [str(plan.profile.network.vpc_cidr)],
+        "loadBalancerSourceRanges": [str(plan.network.vpc_cidr)],
         "selector": _router_labels(plan),
         "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
     }

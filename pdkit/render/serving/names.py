@@ -20,7 +20,7 @@ BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 
 
 def namespace(plan: Plan) -> str:
-    return plan.profile.serving.namespace
+    return plan.namespace
 
 
 def disaggregated_set(plan: Plan) -> str:

@@ -22,57 +22,37 @@ serving and validation alike. EFA's locked memory comes from the node
 
 from __future__ import annotations
 
-from typing import Any
-
 from pdkit.model.plan import Plan, RolePlan
+from pdkit.render import pod
+from pdkit.render.pod import EFA, GPU, Obj
 from pdkit.render.serving.environment import fabric_env
 from pdkit.render.serving.sglang_args import role_env
 
-Obj = dict[str, Any]
-
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-POD_SHARE_OF_NODE = 0.75  # CPU and memory requested; the rest is for kubelet and the node's daemons
-
 
 def devices(role: RolePlan) -> dict[str, str]:
-    return {GPU_RESOURCE: str(role.gpus_per_node), EFA_RESOURCE: str(role.efa_devices_per_node)}
+    return {GPU: str(role.gpus_per_node), EFA: str(role.efa_devices_per_node)}
+
+
+def node_share(plan: Plan) -> dict[str, str]:
+    """The CPU and memory a pod that has a GPU node to itself requests (the plan's gpu_pod)."""
+    return {"cpu": str(plan.gpu_pod.cpu), "memory": f"{plan.gpu_pod.memory_mib}Mi"}
 
 
 def resources(plan: Plan, role: RolePlan) -> Obj:
-    it = plan.instance
-    return {
-        "requests": {
-            "cpu": str(int(it.vcpus * POD_SHARE_OF_NODE)),
-            "memory": f"{int(it.memory_mib * POD_SHARE_OF_NODE)}Mi",
-            **devices(role),
-        },
-        "limits": devices(role),
-    }
+    return pod.device_resources(node_share(plan), devices(role))
 
 
 def container_security(role: RolePlan) -> Obj:
     sec = role.settings.security
-    caps: Obj = {"drop": ["ALL"]}
-    if sec.capabilities:
-        caps["add"] = list(sec.capabilities)
-    return {
-        "runAsNonRoot": True,
-        # The API server refuses privileged together with allowPrivilegeEscalation: false.
-        "allowPrivilegeEscalation": sec.privileged,
-        "privileged": sec.privileged,
-        "capabilities": caps,
-    }
+    return pod.container_security(privileged=sec.privileged, add=sec.capabilities)
 
 
 def pod_security(role: RolePlan) -> Obj:
     """The same seccomp profile for serving and validation: before, serving ran the node's default
     (Unconfined unless kubelet runs with seccompDefault) and validation RuntimeDefault, so a NUMA
     syscall could fail in validation and pass in serving, or the other way round."""
-    ctx: Obj = {"runAsNonRoot": True}
-    if role.settings.security.seccomp != "node-default":
-        ctx["seccompProfile"] = {"type": role.settings.security.seccomp}
-    return ctx
+    seccomp = role.settings.security.seccomp
+    return pod.pod_security(None if seccomp == "node-default" else seccomp)
 
 
 def environment(plan: Plan, role: RolePlan, *, host_network: bool) -> dict[str, str]:

@@ -52,14 +52,14 @@ def model_dir(plan: Plan) -> str:
 
 
 def served_model_name(plan: Plan) -> str:
-    return plan.profile.model.served_name or plan.model.id
+    return plan.served_model_name
 
 
 def launch_argv(plan: Plan, role: str) -> list[str]:
     """The container command of one role's SGLang server (leader and workers run the same one)."""
     r = plan.roles[role]
     s = r.settings
-    kv = plan.profile.serving.kv_transfer
+    kv = plan.kv_transfer
     argv = [
         "python3",
         "-m",

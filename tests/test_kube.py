@@ -1,4 +1,4 @@
-"""KubeCluster, the seam's real implementation, against fake Kubernetes client APIs (no cluster)."""
+"""Kube, the kit's Kubernetes client (pdkit/ops/kube.py), against fake client APIs (no cluster)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from kubernetes.client import (
 from kubernetes.client.exceptions import ApiException
 
 from pdkit.errors import KitError
-from pdkit.ops.jobs import KubeCluster, _stuck
-from pdkit.ops.kube import Kube, KubeUnreachable
+from pdkit.ops.kube import Kube, KubeUnreachable, stuck
 from tests.fixtures.cmd_support import FakeApps, FakeCore, FakeCustom, k8s_node
 
 
@@ -77,7 +76,7 @@ class Batch:
 
 def _cluster(core=None, batch=None):
     core = core or Core()
-    return KubeCluster(Kube(core=core, apps=FakeApps([]), custom=FakeCustom([])), batch or Batch())
+    return Kube(core=core, apps=FakeApps([]), custom=FakeCustom([]), batch=batch or Batch())
 
 
 def _pod(name, *, index=None, phase="Running", conditions=None, waiting=None, node="n1"):
@@ -171,9 +170,9 @@ def test_pods_index_node_and_why_they_are_stuck():
     assert [(p.index, p.node, p.phase) for p in pods] == [(0, "n1", "Running"), (1, None, "Pending"), (2, "n1", "Pending")]
     assert pods[1].unschedulable == "0/6 nodes: 4 Insufficient nvidia.com/gpu"
     assert pods[2].waiting == "ImagePullBackOff: not found"
-    assert "cannot be scheduled" in (_stuck(pods) or "")
-    assert "cannot start: ImagePullBackOff" in (_stuck([pods[2]]) or "")
-    assert _stuck([pods[0]]) is None
+    assert "cannot be scheduled" in (stuck(pods) or "")
+    assert "cannot start: ImagePullBackOff" in (stuck([pods[2]]) or "")
+    assert stuck([pods[0]]) is None
 
 
 def test_serving_pods_lists_live_sglang_pods():
@@ -193,22 +192,42 @@ def test_unreachable_api_is_one_line_with_the_fix():
         c.pods("ns", "j")
 
 
-def test_the_runs_service_account_role_and_binding_go_to_the_real_clients_methods():
+def test_a_failed_call_names_what_was_asked_and_the_status():
+    """One translation for every call: an API error says which call failed and how, not that the API is unreachable."""
+    c = _cluster(Core(error=ApiException(status=500, reason="Internal Server Error")))
+    with pytest.raises(KubeUnreachable, match=r"could not list pods batch.kubernetes.io/job-name=j \(HTTP 500 Internal Server Error\)"):
+        c.pods("ns", "j")
+
+
+def test_a_job_deleted_while_run_jobs_waits_ends_its_wait_with_the_reason():
+    """A Job deleted under run_jobs (kubectl delete, the TTL) is no such Job (None), and the wait ends with why, not a traceback."""
+    from pdkit.ops.kube import Waiting, run_jobs
+
+    class Gone(Batch):
+        def read_namespaced_job_status(self, name, namespace, *, _request_timeout):
+            raise ApiException(status=404, reason="NotFound")
+
+    c = _cluster(batch=Gone())
+    assert c.job("ns", "j") is None
+    job = {"kind": "Job", "metadata": {"name": "j", "namespace": "ns"}}
+    runs = run_jobs(c, [(job, [])], waiting=Waiting(timeout_s=60, sleep=lambda s: None, clock=lambda: 0.0))
+    assert runs["j"].finished
+    assert runs["j"].problem == "the Job was deleted before it finished"
+
+
+def test_the_runs_service_account_role_and_binding_go_to_the_real_clients_methods(plan):
     """The nccl launcher's access objects (manifests.launcher_access) are created and deleted through the
     kubernetes client's CoreV1Api and RbacAuthorizationV1Api, checked against their real signatures (autospec)."""
     from unittest import mock
 
     from kubernetes import client
 
-    from pdkit.model import plan as plan_mod
-    from pdkit.model import profile_files
     from pdkit.render import fabric as manifests
 
-    profile, path = profile_files.load(None)
-    objs = manifests.launcher_access(plan_mod.build(profile, profile_path=path), "abc123", "ns")
+    objs = manifests.launcher_access(plan, "abc123", "ns")
     core = mock.create_autospec(client.CoreV1Api, instance=True)
     rbac = mock.create_autospec(client.RbacAuthorizationV1Api, instance=True)
-    c = KubeCluster(Kube(core=core, apps=FakeApps([]), custom=FakeCustom([])), Batch(), rbac)
+    c = Kube(core=core, apps=FakeApps([]), custom=FakeCustom([]), batch=Batch(), rbac=rbac)
     for obj in objs:
         c.create(obj)
     for obj in reversed(objs):
