@@ -179,21 +179,11 @@ def check_router(case: dict[str, Any]) -> list[str]:
     if reject:
         raise Failed(f"accepted, but the router should reject it ({reject['message']})")
     expect = case["expect"]
-    got = {
-        "pd_disaggregation": router_args.pd_disaggregation,
-        # smg's rule: a per-role policy, else the main --policy (RouterArgs._validate_router_args).
+    # Each expected field is the parsed argument of that name, but the policies: smg's rule is a per-role policy,
+    # else the main --policy (RouterArgs._validate_router_args).
+    got = {k: getattr(router_args, k) for k in expect} | {
         "prefill_policy": router_args.prefill_policy or router_args.policy,
         "decode_policy": router_args.decode_policy or router_args.policy,
-        "dp_aware": router_args.dp_aware,
-        "cache_threshold": router_args.cache_threshold,
-        "balance_abs_threshold": router_args.balance_abs_threshold,
-        "balance_rel_threshold": router_args.balance_rel_threshold,
-        "service_discovery": router_args.service_discovery,
-        "service_discovery_namespace": router_args.service_discovery_namespace,
-        "service_discovery_port": router_args.service_discovery_port,
-        "prefill_selector": router_args.prefill_selector,
-        "decode_selector": router_args.decode_selector,
-        "prometheus_port": router_args.prometheus_port,
     }
     wrong = {k: (got[k], v) for k, v in expect.items() if got[k] != v}
     if wrong:

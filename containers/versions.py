@@ -483,33 +483,30 @@ class Git(_Component):
         return self
 
 
-class Tarball(_Component):
-    kind: Literal["tarball"]
+class _Download(_Component):
+    """A file downloaded from a URL template and checked before it is used."""
+
     url: str
     version: NonEmpty
+
+    @field_validator("url")
+    @classmethod
+    def _template(cls, url: str) -> str:
+        _check(url.startswith("https://") and "{version}" in url, "an https:// URL template containing {version}")
+        return url
+
+
+class Tarball(_Download):
+    kind: Literal["tarball"]
     gpg_fingerprint: Annotated[str, Field(pattern=GPG_FINGERPRINT.pattern, description="40 uppercase hex, no spaces")]
     sha256: Annotated[str, Field(pattern=r"^([0-9a-f]{64})?$")] = ""
 
-    @field_validator("url")
-    @classmethod
-    def _template(cls, url: str) -> str:
-        _check(url.startswith("https://") and "{version}" in url, "an https:// URL template containing {version}")
-        return url
 
-
-class Binary(_Component):
+class Binary(_Download):
     """A single executable downloaded by URL and checked against its published sha256 before it is installed."""
 
     kind: Literal["binary"]
-    url: str
-    version: NonEmpty
     sha256: Annotated[str, Field(pattern=HEX64.pattern)]
-
-    @field_validator("url")
-    @classmethod
-    def _template(cls, url: str) -> str:
-        _check(url.startswith("https://") and "{version}" in url, "an https:// URL template containing {version}")
-        return url
 
 
 class DistroPackage(_Component):

@@ -27,99 +27,98 @@ SERVING_METRICS_MODULES = (*SHARED, "render/observability/figures.py", "function
 PUT_METRIC_DATA = "cloudwatch:PutMetricData has no resource-level permissions; the condition limits this function to its own namespace"
 
 
-def _named(function: KitFunction, plan: Plan, purpose: Purpose) -> None:
-    """Fixed names: the pipeline alarms and the runbook refer to them."""
-    cfn = function.function.node.default_child
-    assert isinstance(cfn, lambda_.CfnFunction)
-    cfn.function_name = function_name(plan, purpose)
+class MinuteFunction(Construct):
+    """A KitFunction with the fixed name the pipeline alarms and the runbook use (function_name), allowed to read
+    what `reads` grants and to publish into its own CloudWatch namespace, run every minute."""
 
-
-def _put_metrics(namespace: str) -> iam.PolicyStatement:
-    return iam.PolicyStatement(
-        actions=["cloudwatch:PutMetricData"], resources=["*"], conditions={"StringEquals": {"cloudwatch:namespace": namespace}}
-    )
-
-
-def _every_minute(scope: Construct, function: KitFunction, plan: Plan, purpose: Purpose, description: str) -> events.Rule:
-    return function.rule(
-        scope,
-        "Schedule",
-        rule_name=f"{function_name(plan, purpose)}-schedule",
-        description=description,
-        schedule=events.Schedule.rate(EVERY),
-        # A missed minute is superseded by the next one: no retries.
-        retry_attempts=0,
-    )
-
-
-class BlockClock(Construct):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int) -> None:
-        super().__init__(scope, id_)
-        self.function = KitFunction(
-            self,
-            "Function",
-            handler="pdkit.functions.block_clock.handler",
-            modules=BLOCK_CLOCK_MODULES,
-            description=f"{plan.name}: minutes left in Capacity Block {plan.reservation_label}, every minute",
-            vpc=vpc,
-            key=key,
-            log_retention_days=log_retention_days,
-            environment={"CLUSTER_NAME": plan.cluster_name, "RESERVATION_ID": plan.reservation_id},
-            timeout_minutes=1,
-            reserved_concurrency=plan.function_concurrency.per_function,
-        )
-        _named(self.function, plan, "block-clock")
-        policy = self.function.allow(
-            "Read",
-            iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations"], resources=["*"]),
-            _put_metrics(c.BLOCK_NAMESPACE),
-        )
-        acknowledge(
-            policy,
-            {
-                "AwsSolutions-IAM5[Resource::*]": "ec2:DescribeCapacityReservations supports no resource-level permissions (read only); "
-                + PUT_METRIC_DATA,
-            },
-        )
-        self.schedule = _every_minute(self, self.function, plan, "block-clock", f"every minute: {plan.reservation_id} clock to CloudWatch")
-
-
-class ServingMetrics(Construct):
     def __init__(
         self,
         scope: Construct,
         id_: str,
         *,
         plan: Plan,
+        purpose: Purpose,
+        module: str,
+        modules: tuple[str, ...],
+        what: str,
+        environment: dict[str, str],
+        reads: tuple[str, iam.PolicyStatement],
+        namespace: str,
+        acknowledgment: str,
+        schedule: str,
         vpc: ec2.IVpc,
         key: kms.IKey,
         log_retention_days: int,
-        workspace_arn: str,
-        workspace_endpoint: str,
     ) -> None:
         super().__init__(scope, id_)
         self.function = KitFunction(
             self,
             "Function",
-            handler="pdkit.functions.serving_metrics.handler",
-            modules=SERVING_METRICS_MODULES,
-            description=f"{plan.name}: serving figures from Prometheus to CloudWatch, every minute",
+            handler=f"pdkit.functions.{module}.handler",
+            modules=modules,
+            description=f"{plan.name}: {what}",
             vpc=vpc,
             key=key,
             log_retention_days=log_retention_days,
-            environment={
-                "CLUSTER_NAME": plan.cluster_name,
-                "ROLES": ",".join(plan.roles),
-                "WORKSPACE_ENDPOINT": workspace_endpoint,
-            },
+            environment={"CLUSTER_NAME": plan.cluster_name, **environment},
             timeout_minutes=1,
             reserved_concurrency=plan.function_concurrency.per_function,
         )
-        _named(self.function, plan, "serving-metrics")
-        policy = self.function.allow(
-            "Query",
-            iam.PolicyStatement(actions=["aps:QueryMetrics"], resources=[workspace_arn]),
-            _put_metrics(c.SERVING_NAMESPACE),
+        cfn = self.function.function.node.default_child
+        assert isinstance(cfn, lambda_.CfnFunction)
+        cfn.function_name = function_name(plan, purpose)
+        publish = iam.PolicyStatement(
+            actions=["cloudwatch:PutMetricData"], resources=["*"], conditions={"StringEquals": {"cloudwatch:namespace": namespace}}
         )
-        acknowledge(policy, {"AwsSolutions-IAM5[Resource::*]": PUT_METRIC_DATA})
-        self.schedule = _every_minute(self, self.function, plan, "serving-metrics", "every minute: serving figures (PromQL) to CloudWatch")
+        acknowledge(self.function.allow(reads[0], reads[1], publish), {"AwsSolutions-IAM5[Resource::*]": acknowledgment})
+        self.schedule = self.function.rule(
+            self,
+            "Schedule",
+            rule_name=f"{function_name(plan, purpose)}-schedule",
+            description=schedule,
+            schedule=events.Schedule.rate(EVERY),
+            # A missed minute is superseded by the next one: no retries.
+            retry_attempts=0,
+        )
+
+
+def block_clock(scope: Construct, *, plan: Plan, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int) -> MinuteFunction:
+    return MinuteFunction(
+        scope,
+        "BlockClock",
+        plan=plan,
+        purpose="block-clock",
+        module="block_clock",
+        modules=BLOCK_CLOCK_MODULES,
+        what=f"minutes left in Capacity Block {plan.reservation_label}, every minute",
+        environment={"RESERVATION_ID": plan.reservation_id},
+        reads=("Read", iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations"], resources=["*"])),
+        namespace=c.BLOCK_NAMESPACE,
+        acknowledgment="ec2:DescribeCapacityReservations supports no resource-level permissions (read only); " + PUT_METRIC_DATA,
+        schedule=f"every minute: {plan.reservation_id} clock to CloudWatch",
+        vpc=vpc,
+        key=key,
+        log_retention_days=log_retention_days,
+    )
+
+
+def serving_metrics(
+    scope: Construct, *, plan: Plan, workspace_arn: str, workspace_endpoint: str, vpc: ec2.IVpc, key: kms.IKey, log_retention_days: int
+) -> MinuteFunction:
+    return MinuteFunction(
+        scope,
+        "ServingMetrics",
+        plan=plan,
+        purpose="serving-metrics",
+        module="serving_metrics",
+        modules=SERVING_METRICS_MODULES,
+        what="serving figures from Prometheus to CloudWatch, every minute",
+        environment={"ROLES": ",".join(plan.roles), "WORKSPACE_ENDPOINT": workspace_endpoint},
+        reads=("Query", iam.PolicyStatement(actions=["aps:QueryMetrics"], resources=[workspace_arn])),
+        namespace=c.SERVING_NAMESPACE,
+        acknowledgment=PUT_METRIC_DATA,
+        schedule="every minute: serving figures (PromQL) to CloudWatch",
+        vpc=vpc,
+        key=key,
+        log_retention_days=log_retention_days,
+    )

@@ -22,7 +22,7 @@ from stacks.encrypted_log_group import logs_key
 from stacks.kit_stack import KitStack
 from stacks.observability_alarms import Alarms
 from stacks.observability_dashboards import Dashboards
-from stacks.observability_functions import BlockClock, ServingMetrics
+from stacks.observability_functions import block_clock, serving_metrics
 from stacks.observability_prometheus import ServingPrometheus
 
 
@@ -49,19 +49,17 @@ class ObservabilityStack(KitStack):
         self.prometheus = ServingPrometheus(self, "Prometheus", plan=plan, cluster=cluster, subnets=vpc.private_subnets)
         # An on-demand rehearsal has no block whose minutes to count.
         self.block_clock = (
-            BlockClock(self, "BlockClock", plan=plan, vpc=vpc, key=key, log_retention_days=retention)
-            if plan.market == "capacity-block"
-            else None
+            block_clock(self, plan=plan, vpc=vpc, key=key, log_retention_days=retention) if plan.market == "capacity-block" else None
         )
-        self.serving_metrics = ServingMetrics(
+        workspace = self.prometheus.workspace
+        self.serving_metrics = serving_metrics(
             self,
-            "ServingMetrics",
             plan=plan,
+            workspace_arn=workspace.attr_arn,
+            workspace_endpoint=workspace.attr_prometheus_endpoint,
             vpc=vpc,
             key=key,
             log_retention_days=retention,
-            workspace_arn=self.prometheus.workspace.attr_arn,
-            workspace_endpoint=self.prometheus.workspace.attr_prometheus_endpoint,
         )
         self.dashboards = Dashboards(self, "Dashboards", plan=plan)
         self.alarms = Alarms(self, "Alarms", plan=plan, topic=topic)

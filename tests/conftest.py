@@ -47,6 +47,15 @@ class Kit:
     def template_json(self, name: str) -> dict[str, Any]:
         return json.loads((Path(self.assembly.directory) / self.stacks[name].template_file).read_text())
 
+    def properties(self, name: str, kind: str) -> list[dict[str, Any]]:
+        """The Properties of every `kind` resource in stack `name`."""
+        return [r["Properties"] for r in self.template(name).find_resources(kind).values()]
+
+    def one(self, name: str, kind: str) -> dict[str, Any]:
+        """The Properties of the one `kind` resource in stack `name` (fails when there are none or several)."""
+        (found,) = self.properties(name, kind)
+        return found
+
 
 def synth(profile: dict[str, Any] | str | None = None, *, with_policy: bool = False) -> Kit:
     """Build the kit for a profile (a name, a raw dict or None for the default), without policy plugins."""
@@ -108,9 +117,15 @@ def policy_findings(app: cdk.App) -> list[str]:
     return found
 
 
+@functools.cache
+def kit_of(name: str) -> Kit:
+    """The kit of a named profile, synthesized once per run (the `kit` fixture is the default's): read it, never change it."""
+    return synth(name)
+
+
 @pytest.fixture(scope="session")
 def kit() -> Kit:
-    return synth()
+    return kit_of(profile_files.default_profile_name())
 
 
 @pytest.fixture

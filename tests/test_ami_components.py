@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pdkit.render import ami
+from pdkit.render import ami, node_config
 from tests.conftest import plan_of
 
 PHASES = ("build", "validate", "test")
@@ -185,15 +185,15 @@ def test_containers_versions_file_agrees_gdrcopy_is_not_installed():
 def test_memlock_dropin_is_the_same_on_both_image_sources():
     """The component (custom image) and the user-data script (EKS-optimized image) write one drop-in."""
     text = ami.component_text("container-limits")
-    assert f"dropin={ami.CONTAINERD_MEMLOCK_DROPIN}\n" in text
+    assert f"dropin={node_config.CONTAINERD_MEMLOCK_DROPIN}\n" in text
     assert "LimitMEMLOCK=infinity" in text
-    script = ami.containerd_memlock_script()
-    assert f"> {ami.CONTAINERD_MEMLOCK_DROPIN}\n" in script
+    script = node_config.containerd_memlock_script()
+    assert f"> {node_config.CONTAINERD_MEMLOCK_DROPIN}\n" in script
     assert "LimitMEMLOCK=infinity" in script
 
 
 def test_memlock_user_data_script_is_shellcheck_clean(tmp_path):
-    script = ami.containerd_memlock_script()
+    script = node_config.containerd_memlock_script()
     assert script.startswith("#!/usr/bin/env bash\nset -euo pipefail\n")
     result = _shellcheck(script.split("\n", 1)[1], tmp_path)
     assert result.returncode == 0, result.stdout
@@ -206,10 +206,10 @@ def test_memlock_user_data_script_writes_a_unit_drop_in(tmp_path):
     stub.mkdir()
     (stub / "systemctl").write_text('#!/bin/sh\necho "$@" >> "$SYSTEMCTL_LOG"\n')
     (stub / "systemctl").chmod(0o755)
-    script = ami.containerd_memlock_script().replace("/etc/", f"{root}/etc/")
+    script = node_config.containerd_memlock_script().replace("/etc/", f"{root}/etc/")
     env = {"PATH": f"{stub}:/usr/bin:/bin", "SYSTEMCTL_LOG": str(tmp_path / "calls")}
     subprocess.run(["bash", "-c", script], check=True, env=env)
-    dropin = root / ami.CONTAINERD_MEMLOCK_DROPIN.lstrip("/")
+    dropin = root / node_config.CONTAINERD_MEMLOCK_DROPIN.lstrip("/")
     assert dropin.read_text() == "[Service]\nLimitMEMLOCK=infinity\n"
     assert (tmp_path / "calls").read_text().splitlines() == ["daemon-reload", "try-restart containerd.service"]
 

@@ -112,8 +112,3 @@ def test_does_not_change_the_eks_optimized_node_config():
     before = node_config.node_config()
     ami.custom_node_config(CLUSTER, labels={"a": "b"})
     assert node_config.node_config() == before
-
-
-def test_launch_template_reads_the_promoted_parameter_name():
-    plan = plan_of()
-    assert ami.image_parameter(plan.name) == f"/pdkit/{plan.name}/ami/gpu"

@@ -9,13 +9,6 @@ from pdkit.render import ami
 from tests.conftest import Kit, plan_of, synth
 
 
-def _one(kit: Kit, kind: str) -> dict[str, Any]:
-    found = kit.template("ami").find_resources(kind)
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    properties: dict[str, Any] = next(iter(found.values()))["Properties"]
-    return properties
-
-
 def _image_key_id(kit: Kit) -> str:
     stack = kit.stacks["ami"]
     return str(stack.resolve(stack.key.node.default_child.logical_id))
@@ -28,7 +21,7 @@ def _image_key(kit: Kit) -> dict[str, Any]:
 def test_parent_is_the_eks_nvidia_ami_of_the_plans_kubernetes_version(kit):
     """Drivers, fabric manager and EFA come from the EKS AL2023 NVIDIA AMI of the cluster's version (the one version the
     add-on pins fit), through SSM."""
-    parent = _one(kit, "AWS::ImageBuilder::ImageRecipe")["ParentImage"]
+    parent = kit.one("ami", "AWS::ImageBuilder::ImageRecipe")["ParentImage"]
     assert (
         parent == f"ssm:/aws/service/eks/optimized-ami/{kit.plan.kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
     )
@@ -36,7 +29,7 @@ def test_parent_is_the_eks_nvidia_ami_of_the_plans_kubernetes_version(kit):
 
 
 def test_recipe_runs_every_component_in_order_with_the_plans_values(kit):
-    components = _one(kit, "AWS::ImageBuilder::ImageRecipe")["Components"]
+    components = kit.one("ami", "AWS::ImageBuilder::ImageRecipe")["Components"]
     logicals = [c["ComponentArn"]["Fn::GetAtt"][0] for c in components]
     names = [kit.template_json("ami")["Resources"][logical]["Properties"]["Name"] for logical in logicals]
     assert [n.removeprefix(f"{kit.plan.name}-").rsplit("-", 1)[0] for n in names] == list(ami.COMPONENTS)
@@ -57,7 +50,7 @@ def test_component_documents_are_the_files_in_ami(kit):
 
 def test_recipe_and_components_are_named_after_their_content(kit):
     """Recipes and components are immutable: a changed one under the same name collides on replacement."""
-    recipe = _one(kit, "AWS::ImageBuilder::ImageRecipe")
+    recipe = kit.one("ami", "AWS::ImageBuilder::ImageRecipe")
     assert recipe["Name"] == f"{kit.plan.name}-gpu-node-{ami.recipe_fingerprint(kit.plan)}"
     names = {c["Properties"]["Name"] for c in kit.template("ami").find_resources("AWS::ImageBuilder::Component").values()}
     assert names == {f"{kit.plan.name}-{name}-{ami.component_fingerprint(name)}" for name in ami.COMPONENTS}
@@ -94,19 +87,19 @@ def test_image_key_serves_ebs_through_ec2_only_in_this_account(kit):
 
 def test_build_volume_and_distributed_ami_are_encrypted_with_the_image_key(kit):
     key = _image_key(kit)
-    (root,) = _one(kit, "AWS::ImageBuilder::ImageRecipe")["BlockDeviceMappings"]
+    (root,) = kit.one("ami", "AWS::ImageBuilder::ImageRecipe")["BlockDeviceMappings"]
     assert root["DeviceName"] == ami.ROOT_DEVICE
     assert root["Ebs"]["Encrypted"] is True
     assert root["Ebs"]["KmsKeyId"] == key
     assert root["Ebs"]["VolumeSize"] == ami.ROOT_VOLUME_GIB
-    (distribution,) = _one(kit, "AWS::ImageBuilder::DistributionConfiguration")["Distributions"]
+    (distribution,) = kit.one("ami", "AWS::ImageBuilder::DistributionConfiguration")["Distributions"]
     assert distribution["AmiDistributionConfiguration"]["KmsKeyId"] == key
     assert distribution["Region"] == kit.plan.region
 
 
 def test_each_build_publishes_its_ami_id_as_the_candidate_not_the_live_parameter(kit):
     """A build must never move nodes: the launch template reads the promoted parameter, builds write the candidate."""
-    (distribution,) = _one(kit, "AWS::ImageBuilder::DistributionConfiguration")["Distributions"]
+    (distribution,) = kit.one("ami", "AWS::ImageBuilder::DistributionConfiguration")["Distributions"]
     (parameter,) = distribution["SsmParameterConfigurations"]
     assert parameter == {"ParameterName": f"/pdkit/{kit.plan.name}/ami/gpu-candidate", "DataType": "aws:ec2:image"}
     assert ami.image_parameter(kit.plan.name) == f"/pdkit/{kit.plan.name}/ami/gpu"
@@ -114,12 +107,12 @@ def test_each_build_publishes_its_ami_id_as_the_candidate_not_the_live_parameter
 
 
 def test_builder_uses_imdsv2_with_hop_limit_1(kit):
-    options = _one(kit, "AWS::ImageBuilder::InfrastructureConfiguration")["InstanceMetadataOptions"]
+    options = kit.one("ami", "AWS::ImageBuilder::InfrastructureConfiguration")["InstanceMetadataOptions"]
     assert options == {"HttpTokens": "required", "HttpPutResponseHopLimit": 1}
 
 
 def test_builder_runs_in_a_private_subnet(kit):
-    subnet = _one(kit, "AWS::ImageBuilder::InfrastructureConfiguration")["SubnetId"]
+    subnet = kit.one("ami", "AWS::ImageBuilder::InfrastructureConfiguration")["SubnetId"]
     private = {kit.stacks["network"].resolve(s.subnet_id)["Ref"] for s in kit.stacks["network"].vpc.private_subnets}
     output = json.dumps(subnet)
     assert any(f"Ref{logical}" in output or logical in output for logical in private), output
@@ -128,23 +121,23 @@ def test_builder_runs_in_a_private_subnet(kit):
 
 def test_builder_needs_no_gpu(kit):
     """The parent loads NVIDIA kmods only when a device is present; a GPU builder would only cost more."""
-    types = _one(kit, "AWS::ImageBuilder::InfrastructureConfiguration")["InstanceTypes"]
+    types = kit.one("ami", "AWS::ImageBuilder::InfrastructureConfiguration")["InstanceTypes"]
     assert types == list(ami.BUILDER_INSTANCE_TYPES)
     assert not any(t.startswith(("p", "g")) for t in types)
 
 
 def test_builder_has_no_inbound_and_https_out_only(kit):
-    group = _one(kit, "AWS::EC2::SecurityGroup")
+    group = kit.one("ami", "AWS::EC2::SecurityGroup")
     assert "SecurityGroupIngress" not in group
     assert [(e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in group["SecurityGroupEgress"]] == [("tcp", 443, 443)]
 
 
 def test_failed_builds_terminate_their_instance(kit):
-    assert _one(kit, "AWS::ImageBuilder::InfrastructureConfiguration")["TerminateInstanceOnFailure"] is True
+    assert kit.one("ami", "AWS::ImageBuilder::InfrastructureConfiguration")["TerminateInstanceOnFailure"] is True
 
 
 def test_builder_pulls_only_the_serving_repository(kit):
-    policy = _one(kit, "AWS::IAM::ManagedPolicy")["PolicyDocument"]["Statement"]
+    policy = kit.one("ami", "AWS::IAM::ManagedPolicy")["PolicyDocument"]["Statement"]
     pulls = [s for s in policy if "ecr:BatchGetImage" in s["Action"]]
     (pull,) = pulls
     image = kit.plan.images[ami.SERVING_IMAGE]
@@ -155,7 +148,7 @@ def test_builder_pulls_only_the_serving_repository(kit):
 
 
 def test_build_and_pipeline_logs_are_encrypted_kept_and_used(kit):
-    logging = _one(kit, "AWS::ImageBuilder::ImagePipeline")["LoggingConfiguration"]
+    logging = kit.one("ami", "AWS::ImageBuilder::ImagePipeline")["LoggingConfiguration"]
     groups = kit.template("ami").find_resources("AWS::Logs::LogGroup")
     assert {logging["ImageLogGroupName"]["Ref"], logging["PipelineLogGroupName"]["Ref"]} == set(groups)
     retention = kit.plan.log_retention_days
@@ -168,7 +161,7 @@ def test_build_and_pipeline_logs_are_encrypted_kept_and_used(kit):
 
 def test_pipeline_is_manual_and_tests_every_image(kit):
     """No schedule: a build costs builder time and a 20+ GB pull, and runs only when an operator asks."""
-    pipeline = _one(kit, "AWS::ImageBuilder::ImagePipeline")
+    pipeline = kit.one("ami", "AWS::ImageBuilder::ImagePipeline")
     assert "Schedule" not in pipeline
     assert pipeline["Status"] == "ENABLED"
     assert pipeline["ImageTestsConfiguration"]["ImageTestsEnabled"] is True
@@ -179,4 +172,4 @@ def test_pipeline_is_manual_and_tests_every_image(kit):
 
 def test_second_profile_builds_the_same_pipeline():
     other = synth("glm51-fp8-4p4d")
-    assert f"/{other.plan.kubernetes_version}/" in _one(other, "AWS::ImageBuilder::ImageRecipe")["ParentImage"]
+    assert f"/{other.plan.kubernetes_version}/" in other.one("ami", "AWS::ImageBuilder::ImageRecipe")["ParentImage"]

@@ -12,26 +12,21 @@ from pdkit.model.plan import STACKS
 from tests.conftest import policy_findings, synth
 
 
-def _one(kit, kind):
-    found = kit.template("capacity").find_resources(kind)
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return next(iter(found.values()))["Properties"]
-
-
 def _lt(kit):
-    return _one(kit, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    return kit.one("capacity", "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
 
 
 def _node_groups(kit):
-    return [r["Properties"] for r in kit.template("capacity").find_resources("AWS::EKS::Nodegroup").values()]
+    return kit.properties("capacity", "AWS::EKS::Nodegroup")
 
 
-def _efa_group_id(kit):
+def _efa_group(kit):
+    """(its GroupId reference, its properties)."""
     groups = kit.template("capacity").find_resources(
         "AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^EFA")}}
     )
-    (logical,) = groups
-    return {"Fn::GetAtt": [logical, "GroupId"]}
+    ((logical, group),) = groups.items()
+    return {"Fn::GetAtt": [logical, "GroupId"]}, group["Properties"]
 
 
 def test_sixteen_efa_devices_one_per_network_card(kit):
@@ -51,7 +46,7 @@ def test_exactly_one_interface_carries_ips_and_it_is_the_primary(kit):
 
 def test_security_groups_per_interface(kit):
     """The primary gets the cluster security group (pod traffic) plus the EFA group; EFA-only interfaces only the EFA group."""
-    efa = _efa_group_id(kit)
+    efa, _ = _efa_group(kit)
     for nic in _lt(kit)["NetworkInterfaces"]:
         if nic["InterfaceType"] == "interface":
             assert len(nic["Groups"]) == 2
@@ -92,23 +87,24 @@ def test_root_volume_encrypted_and_no_ssh_key(kit):
     assert "KeyName" not in data
 
 
-def test_user_data_asks_nodeadm_for_raid0_nvme(kit):
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("Content-Type: application/node.eks.aws", "kind: NodeConfig", "strategy: RAID0"),
+        # EFA pins memory; non-root serving pods inherit containerd's 8 MiB limit unless the node raises it.
+        ("Content-Type: text/x-shellscript", "LimitMEMLOCK=infinity"),
+    ],
+    ids=["nodeadm-raid0-nvme", "containerd-memlock-for-efa"],
+)
+def test_user_data_parts(kit, parts):
+    """nodeadm builds a RAID0 over the instance NVMe; a shell part lifts containerd's locked-memory limit."""
     user_data = _lt(kit)["UserData"]["Fn::Base64"]
-    assert "Content-Type: application/node.eks.aws" in user_data
-    assert "kind: NodeConfig" in user_data
-    assert "strategy: RAID0" in user_data
-
-
-def test_user_data_lifts_containerd_memlock_for_efa(kit):
-    """EFA pins memory; non-root serving pods inherit containerd's 8 MiB limit unless the node raises it."""
-    user_data = _lt(kit)["UserData"]["Fn::Base64"]
-    assert "Content-Type: text/x-shellscript" in user_data
-    assert "LimitMEMLOCK=infinity" in user_data
+    assert all(part in user_data for part in parts)
 
 
 def test_cluster_placement_group_by_default(kit):
     """The user asked for a cluster placement group; it is on unless the profile says none."""
-    assert _one(kit, "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
+    assert kit.one("capacity", "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
     assert "GroupName" in _lt(kit)["Placement"]
 
 
@@ -123,13 +119,10 @@ def test_placement_group_can_be_switched_off(raw_with):
 def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(kit):
     """EFA (SRD) needs every protocol between the GPU nodes; the only peer is the group itself, never a CIDR."""
     t = kit.template("capacity")
-    efa = _efa_group_id(kit)
+    efa, group = _efa_group(kit)
     t.has_resource_properties("AWS::EC2::SecurityGroupIngress", {"IpProtocol": "-1", "SourceSecurityGroupId": efa, "GroupId": efa})
     t.has_resource_properties("AWS::EC2::SecurityGroupEgress", {"IpProtocol": "-1", "DestinationSecurityGroupId": efa, "GroupId": efa})
-    group = next(
-        iter(t.find_resources("AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^EFA")}}).values())
-    )
-    assert "SecurityGroupIngress" not in group["Properties"]
+    assert "SecurityGroupIngress" not in group
 
 
 def test_one_node_group_per_role_on_the_capacity_block(kit):
@@ -241,8 +234,9 @@ def test_fewer_efa_devices_by_profile(raw_with, devices):
 
 
 def test_custom_node_image_switches_the_launch_templates(custom_kit):
-    """`ami.source: custom` reads the promoted AMI id from SSM at deploy (the promoted parameter, never the build's
-    candidate: only promotion moves nodes) and carries the full nodeadm bootstrap (tests/test_ami_node_image.py)."""
+    """`ami.source: custom` reads the promoted AMI id from SSM at deploy (the promoted parameter
+    /pdkit/<deployment>/ami/gpu, never the build's candidate: only promotion moves nodes) and carries the full nodeadm
+    bootstrap (tests/test_ami_node_image.py)."""
     t = custom_kit.template_json("capacity")
     templates = [r["Properties"]["LaunchTemplateData"] for r in t["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
     assert len(templates) == 2, "one per role, so each kubelet registers with its role's taint"

@@ -8,7 +8,7 @@ import pytest
 from cfnlint.api import ManualArgs, lint
 
 from pdkit.model import profile_files
-from tests.conftest import synth
+from tests.conftest import kit_of
 
 
 # The one allowance: W3005 ("DependsOn already enforced by a GetAtt") where a Lambda function declares
@@ -25,8 +25,8 @@ def _allowed(match, template) -> bool:
 
 
 @pytest.mark.parametrize("profile", profile_files.available_profiles())
-def test_templates_are_cfn_lint_clean(profile, kit):
-    built = kit if profile == profile_files.default_profile_name() else synth(profile)
+def test_templates_are_cfn_lint_clean(profile):
+    built = kit_of(profile)
     for name in built.stacks:
         template = built.template_json(name)
         matches = lint(json.dumps(template), regions=[built.plan.region], config=ManualArgs(regions=[built.plan.region]))

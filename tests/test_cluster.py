@@ -11,8 +11,7 @@ from tests.conftest import synth
 
 
 def _cluster(kit):
-    (props,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Cluster").values()]
-    return props
+    return kit.one("cluster", "AWS::EKS::Cluster")
 
 
 def test_kubernetes_version_from_the_profile(kit):
@@ -81,7 +80,7 @@ def test_admin_principals_get_access_entries(raw_with):
 
 def test_managed_addons_are_pinned(kit):
     """vpc-cni >= 1.18.5 is what EFA-only interfaces need; every add-on version comes from pdkit/model/data/addons.yaml."""
-    found = {r["Properties"]["AddonName"]: r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Addon").values()}
+    found = {props["AddonName"]: props for props in kit.properties("cluster", "AWS::EKS::Addon")}
     assert {name: props["AddonVersion"] for name, props in found.items()} == addons().managed
     major, minor, patch = (int(x) for x in addons().managed["vpc-cni"].lstrip("v").split("-")[0].split("."))
     assert (major, minor, patch) >= (1, 18, 5)
@@ -96,9 +95,7 @@ def test_node_monitoring_agent_checks_tainted_gpu_nodes(kit):
 
 
 def _charts(kit):
-    return {
-        r["Properties"]["Chart"]: r["Properties"] for r in kit.template("cluster").find_resources("Custom::AWSCDK-EKS-HelmChart").values()
-    }
+    return {props["Chart"]: props for props in kit.properties("cluster", "Custom::AWSCDK-EKS-HelmChart")}
 
 
 def test_helm_charts_are_pinned(kit):
@@ -176,7 +173,7 @@ def test_waited_charts_fit_the_kubectl_provider_lambda(kit):
 
 def test_system_node_group_is_on_demand_across_azs(kit):
     """Controllers and the router outlive the block: on-demand, spread over every AZ."""
-    (group,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EKS::Nodegroup").values()]
+    group = kit.one("cluster", "AWS::EKS::Nodegroup")
     assert group["CapacityType"] == "ON_DEMAND"
     assert group["InstanceTypes"] == ["m7i.2xlarge"]
     assert len(group["Subnets"]) == len(kit.plan.availability_zones)
@@ -199,7 +196,7 @@ def test_system_nodes_use_imdsv2_hop_limit_1(kit):
 def test_access_host_opens_no_inbound_port(kit):
     """kubectl reaches the private endpoint through Session Manager port forwarding, never through an open port."""
     t = kit.template("cluster")
-    (host,) = [r["Properties"] for r in t.find_resources("AWS::EC2::Instance").values()]
+    host = kit.one("cluster", "AWS::EC2::Instance")
     assert host["MetadataOptions"]["HttpTokens"] == "required"
     assert host["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
     groups = t.find_resources("AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("^SSM access host")}})
@@ -211,7 +208,7 @@ def test_access_host_says_no_public_ip_on_its_interface(kit):
     """CT.EC2.PR.8 refuses an instance with a top-level SubnetId and wants AssociatePublicIpAddress false on each
     interface it creates (ct-ec2-pr-8.guard); CT.EC2.PR.19 wants a type that encrypts traffic between instances,
     which t4g does not (ct-ec2-pr-19.guard; EC2 User Guide, encryption in transit)."""
-    (host,) = [r["Properties"] for r in kit.template("cluster").find_resources("AWS::EC2::Instance").values()]
+    host = kit.one("cluster", "AWS::EC2::Instance")
     assert "SubnetId" not in host
     (interface,) = host["NetworkInterfaces"]
     assert interface["AssociatePublicIpAddress"] is False

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from pdkit.model import profile_files
-from tests.conftest import ROOT, Kit, synth
+from tests.conftest import ROOT, kit_of
 
 ALLOWLIST = ROOT / "tests" / "control_tower_allowlist.yaml"
 CONTROL_ID = re.compile(r"\[(CT\.[A-Z0-9]+\.PR\.\d+)\]")
@@ -122,14 +122,9 @@ def _paths(stack: cdk.Stack) -> dict[str, str]:
     return {str(stack.resolve(c.logical_id)): c.node.path for c in stack.node.find_all() if isinstance(c, cdk.CfnElement)}
 
 
-def _kits(kit: Kit) -> dict[str, Kit]:
-    default = profile_files.default_profile_name()
-    return {name: kit if name == default else synth(name) for name in profile_files.available_profiles()}
-
-
 @pytest.fixture(scope="module")
-def findings(kit: Kit, guard: tuple[Path, Path]) -> list[Finding]:
-    kits = _kits(kit)
+def findings(guard: tuple[Path, Path]) -> list[Finding]:
+    kits = {name: kit_of(name) for name in profile_files.available_profiles()}
     templates = {(p, s): Path(k.assembly.directory) / k.stacks[s].template_file for p, k in kits.items() for s in k.stacks}
     raw = run_guard(guard, {f"{p}/{s}": path for (p, s), path in templates.items()})
     out = []

@@ -93,7 +93,6 @@ def test_checkers_fire_on_uncollected_metrics_and_wrong_dimensions():
         "LessThanThreshold",
         1,
         1,
-        1,
     )
     assert _alarm_problems(wrong) == ["ContainerInsights/nope is not collected"]
 

@@ -27,12 +27,8 @@ from tests.conftest import Kit, new_app, plan_of, synth
 ADDON_VERSION = "v6.4.0-eksbuild.1"
 
 
-def _resources(kit: Kit, kind: str, name: str = "observability") -> list[dict[str, Any]]:
-    return [r["Properties"] for r in kit.template(name).find_resources(kind).values()]
-
-
 def _alarm(kit: Kit, key: str) -> dict[str, Any]:
-    (found,) = [a for a in _resources(kit, "AWS::CloudWatch::Alarm") if a["AlarmName"] == f"{kit.plan.name}-{key}"]
+    (found,) = [a for a in kit.properties("observability", "AWS::CloudWatch::Alarm") if a["AlarmName"] == f"{kit.plan.name}-{key}"]
     return found
 
 
@@ -40,7 +36,7 @@ def _alarm(kit: Kit, key: str) -> dict[str, Any]:
 
 
 def test_addon_is_pinned_with_pod_identity_for_the_agent(kit):
-    (addon,) = [a for a in _resources(kit, "AWS::EKS::Addon", "cluster") if a["AddonName"] == ADDON]
+    (addon,) = [a for a in kit.properties("cluster", "AWS::EKS::Addon") if a["AddonName"] == ADDON]
     assert addon["AddonVersion"] == ADDON_VERSION
     (association,) = addon["PodIdentityAssociations"]
     assert association["ServiceAccount"] == "cloudwatch-agent"
@@ -54,7 +50,7 @@ def test_addon_is_pinned_with_pod_identity_for_the_agent(kit):
 
 
 def test_addon_log_groups_are_encrypted_with_retention(kit):
-    groups = [g for g in _resources(kit, "AWS::Logs::LogGroup", "cluster") if "containerinsights" in json.dumps(g.get("LogGroupName"))]
+    groups = [g for g in kit.properties("cluster", "AWS::Logs::LogGroup") if "containerinsights" in json.dumps(g.get("LogGroupName"))]
     assert len(groups) == 4
     assert all(g["RetentionInDays"] == 365 and "KmsKeyId" in g for g in groups)
 
@@ -75,7 +71,7 @@ def test_addon_refuses_versions_without_efa_p5en_or_pod_identity(version):
 
 
 def test_collector_scrapes_the_cluster_into_the_workspace(kit):
-    (scraper,) = _resources(kit, "AWS::APS::Scraper")
+    (scraper,) = kit.properties("observability", "AWS::APS::Scraper")
     (workspace,) = kit.template("observability").find_resources("AWS::APS::Workspace")
     assert scraper["Destination"]["AmpConfiguration"]["WorkspaceArn"] == {"Fn::GetAtt": [workspace, "Arn"]}
     eks = scraper["Source"]["EksConfiguration"]
@@ -91,7 +87,7 @@ def test_collector_scrapes_the_cluster_into_the_workspace(kit):
 
 
 def test_collector_runs_the_rendered_scrape_configuration(kit):
-    (scraper,) = _resources(kit, "AWS::APS::Scraper")
+    (scraper,) = kit.properties("observability", "AWS::APS::Scraper")
     blob = base64.b64decode(scraper["ScrapeConfiguration"]["ConfigurationBlob"]).decode()
     assert blob == scrape.render(kit.plan)
     jobs = [j["job_name"] for j in yaml.safe_load(blob)["scrape_configs"]]
@@ -102,9 +98,9 @@ def test_collector_runs_the_rendered_scrape_configuration(kit):
 
 
 def test_functions_run_every_minute_with_fixed_names(kit):
-    functions = {f["FunctionName"]: f for f in _resources(kit, "AWS::Lambda::Function")}
+    functions = {f["FunctionName"]: f for f in kit.properties("observability", "AWS::Lambda::Function")}
     assert set(functions) == {alarms.function_name(kit.plan, "block-clock"), alarms.function_name(kit.plan, "serving-metrics")}
-    rules = _resources(kit, "AWS::Events::Rule")
+    rules = kit.properties("observability", "AWS::Events::Rule")
     assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"] * 2
     clock = functions[alarms.function_name(kit.plan, "block-clock")]
     assert clock["Environment"]["Variables"]["RESERVATION_ID"] == kit.plan.reservation_id
@@ -113,7 +109,7 @@ def test_functions_run_every_minute_with_fixed_names(kit):
 
 
 def test_functions_may_only_write_their_own_namespace(kit):
-    policies = json.dumps(_resources(kit, "AWS::IAM::ManagedPolicy"))
+    policies = json.dumps(kit.properties("observability", "AWS::IAM::ManagedPolicy"))
     for namespace in (catalog.SERVING_NAMESPACE, catalog.BLOCK_NAMESPACE):
         assert f'"cloudwatch:namespace": "{namespace}"' in policies
     assert "aps:QueryMetrics" in policies
@@ -137,7 +133,7 @@ def test_function_bundles_import_with_only_what_they_ship(tmp_path, modules):
 def test_every_alarm_notifies_the_capacity_topic_on_alarm_and_ok(kit):
     topic = kit.template("capacity").find_resources("AWS::SNS::Topic")
     (topic_id,) = topic
-    found = _resources(kit, "AWS::CloudWatch::Alarm")
+    found = kit.properties("observability", "AWS::CloudWatch::Alarm")
     assert len(found) == len(alarms.alarms(kit.plan))
     for alarm in found:
         assert alarm["ActionsEnabled"] is True
@@ -174,10 +170,12 @@ def test_per_node_alarms_follow_nodes_that_join_with_the_block(kit):
 
 def test_alarms_stay_quiet_without_data(kit):
     """No block, no nodes or no traffic is not an incident (the pipeline alarms watch the feeds)."""
-    assert {a["TreatMissingData"] for a in _resources(kit, "AWS::CloudWatch::Alarm")} == {"notBreaching"}
+    assert {a["TreatMissingData"] for a in kit.properties("observability", "AWS::CloudWatch::Alarm")} == {"notBreaching"}
 
 
 def test_thresholds_from_the_profile_reach_the_template(raw_with):
+    """Non-default values, so the template cannot pass on a constant; the default plan's alarm thresholds are
+    tests/test_observability_catalog.py::test_alarm_thresholds_come_from_the_plan."""
     raw = raw_with("observability.tpot_p99_ms", 25, "observability.ttft_p99_ms", 2500, "observability.block_end_warning_minutes", 90)
     changed = synth(raw)
     assert _alarm(changed, "tpot-p99")["Threshold"] == 25
@@ -202,22 +200,17 @@ def test_expert_imbalance_alarm_reads_the_published_figure_per_role(kit):
 
 
 def test_serving_dashboard_in_the_template_has_per_rank_panels(kit):
-    (serving,) = [d for d in _resources(kit, "AWS::CloudWatch::Dashboard") if d["DashboardName"].endswith("-serving")]
+    (serving,) = [d for d in kit.properties("observability", "AWS::CloudWatch::Dashboard") if d["DashboardName"].endswith("-serving")]
     body = json.dumps(serving["DashboardBody"])
     for metric in ("RankRunningRequests", "RankQueuedRequests", "RankKvCacheUsage", "DpTokenImbalance", "ExpertBalancedness"):
         assert metric in body
-
-
-def test_default_thresholds_in_the_template(kit):
-    assert _alarm(kit, "tpot-p99")["Threshold"] == kit.plan.alarms.tpot_p99_ms
-    assert _alarm(kit, "block-ending")["Threshold"] == kit.plan.drain_lead_minutes
 
 
 # ---- dashboards ----
 
 
 def test_two_dashboards_named_after_the_deployment(kit):
-    names = sorted(d["DashboardName"] for d in _resources(kit, "AWS::CloudWatch::Dashboard"))
+    names = sorted(d["DashboardName"] for d in kit.properties("observability", "AWS::CloudWatch::Dashboard"))
     assert names == [f"{kit.plan.name}-infrastructure", f"{kit.plan.name}-serving"]
 
 

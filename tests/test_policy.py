@@ -6,19 +6,16 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
+from pdkit.model import profile_files
 from stacks.policy import acknowledge
-from tests.conftest import new_app, policy_findings
+from tests.conftest import kit_of, new_app, policy_findings
 
 
-def test_no_unacknowledged_findings(kit):
-    """Every finding is either fixed or acknowledged next to its resource with a reason."""
-    assert policy_findings(kit.app) == []
-
-
-def test_second_profile_is_clean_too():
-    from tests.conftest import synth
-
-    assert policy_findings(synth("glm51-fp8-4p4d").app) == []
+@pytest.mark.parametrize("profile", [profile_files.default_profile_name(), "glm51-fp8-4p4d"])
+def test_no_unacknowledged_findings(profile):
+    """Every finding is either fixed or acknowledged next to its resource with a reason, in the default profile and
+    a second one."""
+    assert policy_findings(kit_of(profile).app) == []
 
 
 def _vpc_without_flow_logs() -> cdk.App:

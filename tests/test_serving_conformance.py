@@ -15,6 +15,7 @@ import yaml
 from conformance import check_sglang, export_cases
 from pdkit.model import catalog, profile_files
 from pdkit.render.serving import router_args, sglang_args
+from tests.conftest import plan_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ROOT / "conformance"
@@ -31,7 +32,14 @@ def cases():
     return export_cases.all_cases()
 
 
+@pytest.fixture(scope="module")
+def by_id(cases):
+    return {c["id"]: c for c in cases}
+
+
 def test_the_lock_pins_the_sglang_and_router_the_kit_renders_for():
+    """Lock and requirements-sglang.in pin router_args' smg, which is versions.yaml's (tests/containers/
+    test_image_serving_contents.py): the router the image ships is the one `make conformance` parses with."""
     pins = lock_pins()
     assert pins["sglang"] == sglang_args.SGLANG_VERSION
     assert pins[router_args.ROUTER_PACKAGE] == router_args.ROUTER_VERSION
@@ -99,19 +107,15 @@ def test_cases_cover_every_profile_role_and_switch(cases):
         assert {f"{default}+{variant}/prefill", f"{default}+{variant}/decode"} <= ids
 
 
-def test_cases_carry_exactly_the_rendered_command_lines(cases):
-    by_id = {c["id"]: c for c in cases}
-    prof, path = profile_files.load("glm51-fp8-2p2d-tuned")
-    from pdkit.model import plan as plan_mod
-
-    tuned = plan_mod.build(prof, profile_path=path)
+def test_cases_carry_exactly_the_rendered_command_lines(by_id):
+    tuned = plan_of("glm51-fp8-2p2d-tuned")
     assert by_id["glm51-fp8-2p2d-tuned/decode"]["argv"] == sglang_args.launch_argv(tuned, "decode")
     assert by_id["glm51-fp8-2p2d-tuned/decode"]["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
     assert by_id["glm51-fp8-2p2d-tuned/router"]["argv"] == router_args.router_argv(tuned)
     assert by_id["glm51-fp8-2p2d-tuned/decode"]["expect"]["ep_size"] == tuned.decode.ep == 16
 
 
-def test_known_bad_command_lines_are_exported_with_their_expected_rejection(cases):
+def test_known_bad_command_lines_are_exported_with_their_expected_rejection(cases, by_id):
     rejects = {c["id"]: c["expect_reject"] for c in cases if "expect_reject" in c}
     assert set(rejects) >= {
         "reject/cuda-graph-max-bs",
@@ -121,13 +125,13 @@ def test_known_bad_command_lines_are_exported_with_their_expected_rejection(case
         "reject/cross-node-context-parallel",
         "reject/router-unknown-policy",
     }
-    cross_node = next(c for c in cases if c["id"] == "reject/cross-node-context-parallel")["argv"]
+    cross_node = by_id["reject/cross-node-context-parallel"]["argv"]
     assert cross_node[cross_node.index("--tp-size") + 1] == "16"
     assert "--pp-size" not in cross_node
 
 
-def test_checker_substitutes_what_leader_worker_set_fills_in(cases):
-    case = next(c for c in cases if c["id"] == "glm51-fp8-2p2d/decode")
+def test_checker_substitutes_what_leader_worker_set_fills_in(by_id):
+    case = by_id["glm51-fp8-2p2d/decode"]
     args = check_sglang.substitute(case, 1)
     # LWS_LEADER_ADDRESS of group 0 of a LeaderWorkerSet the DisaggregatedSet created (<set>-<slice>-<revision>-<role>).
     lws = "glm51-2p2d-pd-0-58f79fdb78-decode"
@@ -155,10 +159,9 @@ def test_make_fragment_adds_conformance_to_make_test():
     assert "--require-hashes" in fragment
 
 
-def test_cases_assert_the_decode_layout_the_plan_intends(cases):
+def test_cases_assert_the_decode_layout_the_plan_intends(by_id):
     """Issue 14 items 1-2: conformance missed the decode layout because the plan never stated it. Every DP-attention
     case now asks SGLang for dense layers and LM head data-parallel and for the plan's graph batch sizes."""
-    by_id = {c["id"]: c for c in cases}
     decode = by_id["glm51-fp8-2p2d/decode"]["expect"]
     assert (decode["moe_dense_tp_size"], decode["enable_dp_lm_head"], decode["enable_tp_lm_head_all_to_all"]) == (1, True, False)
     assert decode["cuda_graph_config.decode.bs"] == [1, 2, 4, 8, 12, 16, 24, 32]
@@ -176,10 +179,10 @@ def test_cases_assert_the_decode_layout_the_plan_intends(cases):
     assert "reject/cuda-graph-bs" in by_id, "AWS's 0.5.13 spelling --cuda-graph-bs is ambiguous in 0.5.23"
 
 
-def test_checker_names_the_field_sglang_resolves_differently(cases, monkeypatch):
+def test_checker_names_the_field_sglang_resolves_differently(by_id, monkeypatch):
     """What SGLang 0.5.23 resolves for today's decode command line (issue 14: moe_dense_tp_size=None,
     enable_dp_lm_head=False) must fail the case, naming each field."""
-    case = next(c for c in cases if c["id"] == "glm51-fp8-2p2d/decode")
+    case = by_id["glm51-fp8-2p2d/decode"]
     view = types.SimpleNamespace(**{k: v for k, v in case["expect"].items() if "." not in k})
     view.moe_dense_tp_size, view.enable_dp_lm_head = None, False
     view.cuda_graph_config = types.SimpleNamespace(decode=types.SimpleNamespace(bs=list(range(1, 33)), max_bs=32))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aws_cdk.assertions import Match
 
 
@@ -42,69 +43,47 @@ def test_bucket_name_comes_from_the_plan(kit):
     assert "-eu-south-2" in name
 
 
-def _role_actions(t, role_logical):
-    """Every action of the managed policies attached to one role."""
-    role = t.to_json()["Resources"][role_logical]
-    attached = {a["Ref"] for a in role["Properties"]["ManagedPolicyArns"]}
-    policies = t.to_json()["Resources"]
-    return {
-        a
-        for name in attached
-        for s in policies[name]["Properties"]["PolicyDocument"]["Statement"]
-        for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
-    }
-
-
-def _pod_identity_role(t, service_account):
+def _statements(t, service_account):
+    """Every statement of the managed policies attached to the Pod Identity role of one service account, after
+    checking that only EKS Pod Identity (with session tags) assumes it, for pods in the serving namespace."""
     (assoc,) = t.find_resources("AWS::EKS::PodIdentityAssociation", {"Properties": {"ServiceAccount": service_account}}).values()
-    logical = assoc["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-    role = t.to_json()["Resources"][logical]
-    trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
+    assert assoc["Properties"]["Namespace"] == "pd-serving"
+    resources = t.to_json()["Resources"]
+    role = resources[assoc["Properties"]["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    trust = role["AssumeRolePolicyDocument"]["Statement"][0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
     assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
-    assert assoc["Properties"]["Namespace"] == "pd-serving"
-    return logical
+    return [s for arn in role["ManagedPolicyArns"] for s in resources[arn["Ref"]]["Properties"]["PolicyDocument"]["Statement"]]
 
 
-def test_serving_pods_read_the_weights_and_write_only_their_compile_cache(kit):
-    """The pods read the checkpoint; the one thing they write is the warm compile-cache archive at drain
-    (pdkit/pods/compile_cache.py), under this deployment's compile-cache prefix. S3 PutObject into an
-    SSE-KMS bucket needs kms:GenerateDataKey (S3 user guide, "Using SSE-KMS", required permissions)."""
-    t = kit.template("serving")
-    role = _pod_identity_role(t, "glm51-2p2d-weights-reader")
-    assert _role_actions(t, role) == {
-        "s3:ListBucket",
-        "s3:GetObject",
-        "kms:Decrypt",
-        "s3:PutObject",
-        "s3:AbortMultipartUpload",
-        "s3:ListMultipartUploadParts",
-        "kms:GenerateDataKey",
-    }
-    resources = t.to_json()["Resources"]
-    attached = {a["Ref"] for a in resources[role]["Properties"]["ManagedPolicyArns"]}
-    for name in attached:
-        for statement in resources[name]["Properties"]["PolicyDocument"]["Statement"]:
-            actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
-            if "s3:PutObject" in actions:
-                assert "compile-cache/glm51-2p2d/*" in json.dumps(statement["Resource"])
-                assert "models/" not in json.dumps(statement["Resource"])
+def _actions(statement):
+    return [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
 
 
-def test_import_job_writes_only_what_an_import_needs(kit):
-    """No s3:DeleteObject on the checkpoint's files, no access to other prefixes, no Secrets Manager without a gated model."""
-    t = kit.template("serving")
-    role = _pod_identity_role(t, "glm51-2p2d-weights-writer")
-    assert _role_actions(t, role) == {
-        "s3:ListBucket",
-        "s3:PutObject",
-        "s3:GetObject",
-        "s3:AbortMultipartUpload",
-        "s3:ListMultipartUploadParts",
-        "s3:DeleteObject",
-        "kms:GenerateDataKey",
-        "kms:Decrypt",
-    }
+READ = {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
+MULTIPART = {"s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts", "kms:GenerateDataKey"}
+
+
+@pytest.mark.parametrize(
+    ("account", "actions"),
+    [("glm51-2p2d-weights-reader", READ | MULTIPART), ("glm51-2p2d-weights-writer", READ | MULTIPART | {"s3:DeleteObject"})],
+    ids=["serving-pods", "import-job"],
+)
+def test_pod_identity_roles_allow_only_what_their_pods_do(kit, account, actions):
+    """The serving pods read the checkpoint and write one thing, the warm compile-cache archive at drain
+    (pdkit/pods/compile_cache.py); S3 PutObject into an SSE-KMS bucket needs kms:GenerateDataKey (S3 user guide,
+    "Using SSE-KMS", required permissions). The import Job writes only what an import needs: no s3:DeleteObject on
+    the checkpoint's files, no access to other prefixes, no Secrets Manager without a gated model."""
+    assert {a for s in _statements(kit.template("serving"), account) for a in _actions(s)} == actions
+
+
+def test_serving_pods_write_only_their_compile_cache(kit):
+    """The reader's PutObject is under this deployment's compile-cache prefix, never the checkpoint's."""
+    writes = [s for s in _statements(kit.template("serving"), "glm51-2p2d-weights-reader") if "s3:PutObject" in _actions(s)]
+    assert writes
+    for statement in writes:
+        assert "compile-cache/glm51-2p2d/*" in json.dumps(statement["Resource"])
+        assert "models/" not in json.dumps(statement["Resource"])
 
 
 def test_rendered_objects_are_applied_through_the_cluster(kit):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pdkit.cli.main import main
 from tests.fixtures.cmd_support import k8s_node, real_profile
 from tests.test_cmd_status import stub_aws
@@ -28,42 +30,34 @@ def placement_row(capsys) -> dict[str, str]:
     return row
 
 
-def test_status_shows_the_placed_roles_and_that_decode_shares_its_layer3_node(aws, cluster, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("placed", "said", "unsaid"),
+    [
+        (
+            ("decode", "prefill", "decode", "prefill"),
+            [
+                "decode: ip-1 (i-0d1) under nn-c, ip-3 (i-0p1) under nn-c",
+                "prefill: ip-2 (i-0d2) under nn-f, ip-4 (i-0p2) under nn-g",
+                "decode shares bottom network node nn-c",
+            ],
+            "--assign",
+        ),
+        ((None,) * 4, ["decode does NOT share a bottom network node (nn-c, nn-f)", "pdkit topology --assign"], None),
+    ],
+    ids=["placed-decode-shares-layer3", "not-assigned-decode-apart"],
+)
+def test_status_shows_the_placement(aws, cluster, tmp_path, capsys, placed, said, unsaid):
     """EKS labels each GPU node with topology.k8s.aws/network-node-layer-1..3, layer 3 being the bottom for p5en
     (https://docs.aws.amazon.com/eks/latest/userguide/ml-workload-topology.html); the placed role wins over the
-    node group's, because the serving pods prefer it."""
+    node group's, because the serving pods prefer it. Without pdkit/placed-role the pods fall back to their node
+    group's role (preferred, so never Pending); status names the command that places decode from the topology, and
+    an apart decode pair is reported, not failed."""
     stub_aws(aws)
-    cluster(
-        [
-            node("ip-1", "decode", "i-0d1", placed="decode", layer3="nn-c"),
-            node("ip-2", "decode", "i-0d2", placed="prefill", layer3="nn-f"),
-            node("ip-3", "prefill", "i-0p1", placed="decode", layer3="nn-c"),
-            node("ip-4", "prefill", "i-0p2", placed="prefill", layer3="nn-g"),
-        ]
-    )
+    nodes = [("ip-1", "decode", "i-0d1", "nn-c"), ("ip-2", "decode", "i-0d2", "nn-f")]
+    nodes += [("ip-3", "prefill", "i-0p1", "nn-c"), ("ip-4", "prefill", "i-0p2", "nn-g")]
+    cluster([node(n, group, i, placed=role, layer3=l3) for (n, group, i, l3), role in zip(nodes, placed, strict=True)])
     main(["status", "--profile", real_profile(tmp_path), "--output", "json"])
     row = placement_row(capsys)
     assert row["state"] == "OK"
-    assert "decode: ip-1 (i-0d1) under nn-c, ip-3 (i-0p1) under nn-c" in row["detail"]
-    assert "prefill: ip-2 (i-0d2) under nn-f, ip-4 (i-0p2) under nn-g" in row["detail"]
-    assert "decode shares bottom network node nn-c" in row["detail"]
-    assert "--assign" not in row["detail"]
-
-
-def test_status_says_when_decode_is_apart_and_roles_are_not_assigned_yet(aws, cluster, tmp_path, capsys):
-    """Without pdkit/placed-role the pods fall back to their node group's role (preferred, so never Pending); status
-    names the command that places decode from the topology, and an apart decode pair is reported, not failed."""
-    stub_aws(aws)
-    cluster(
-        [
-            node("ip-1", "decode", "i-0d1", layer3="nn-c"),
-            node("ip-2", "decode", "i-0d2", layer3="nn-f"),
-            node("ip-3", "prefill", "i-0p1", layer3="nn-c"),
-            node("ip-4", "prefill", "i-0p2", layer3="nn-g"),
-        ]
-    )
-    main(["status", "--profile", real_profile(tmp_path), "--output", "json"])
-    row = placement_row(capsys)
-    assert row["state"] == "OK"
-    assert "decode does NOT share a bottom network node (nn-c, nn-f)" in row["detail"]
-    assert "pdkit topology --assign" in row["detail"]
+    assert all(part in row["detail"] for part in said), row["detail"]
+    assert unsaid is None or unsaid not in row["detail"]

@@ -30,8 +30,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "timeline" / "cold-boot"
 PROFILE = "glm51-fp8-2p2d"
 
 
-def _timeline() -> phases.Timeline:
-    return phases.build(load_plan(PROFILE), bundles.read(FIXTURE))
+def _timeline(bundle: Path = FIXTURE) -> phases.Timeline:
+    return phases.build(load_plan(PROFILE), bundles.read(bundle))
 
 
 def _minutes(start: str, end: str) -> float:
@@ -155,7 +155,7 @@ def test_phases_over_the_plans_budget_are_flagged_and_a_cold_compile_gets_its_mi
 def test_without_a_router_registration_there_is_no_first_token(tmp_path: Path):
     copy = _copy(tmp_path)
     shutil.rmtree(copy / "logs" / "glm51-2p2d-router-7d9c8b6f5-x2x7q")
-    t = phases.build(load_plan(PROFILE), bundles.read(copy))
+    t = _timeline(copy)
     assert t.first_token is None
     assert t.goal_met is None
     assert t.missing_workers == ["glm51-2p2d-prefill-0", "glm51-2p2d-decode-0"]
@@ -310,7 +310,7 @@ def test_a_recreated_group_is_read_from_its_newest_pods(tmp_path: Path):
         "2026-12-01T12:40:00.000000000Z 2026-12-01T12:40:00.000000Z  INFO smg::workflow: Registered worker "
         "http://glm51-2p2d-decode-0.glm51-2p2d-decode.pd-serving.svc:30000 (model: zai-org/GLM-5.1-FP8) with ID 1\n" + router.read_text()
     )
-    t = phases.build(load_plan(PROFILE), bundles.read(copy))
+    t = _timeline(copy)
     decode = [p for p in t.pods if p.name == "glm51-2p2d-decode-0"]
     assert len(decode) == 1
     assert decode[0].phase("model load").start == parse_time("2026-12-01T14:18:02.01Z")  # type: ignore[union-attr]
@@ -329,7 +329,7 @@ def test_events_k8s_io_events_are_timed_by_event_time(tmp_path: Path):
                 e["metadata"]["creationTimestamp"] = "2026-12-01T14:09:30Z"  # stored a little later than observed
 
     _edit(copy / "kube" / "events.json", to_new_api)
-    pod = next(p for p in phases.build(load_plan(PROFILE), bundles.read(copy)).pods if p.name == "glm51-2p2d-decode-0")
+    pod = next(p for p in _timeline(copy).pods if p.name == "glm51-2p2d-decode-0")
     assert pod.phase("image pull").start == parse_time("2026-12-01T14:09:01Z")  # type: ignore[union-attr]
 
 
@@ -337,7 +337,7 @@ def test_without_a_block_the_origin_is_the_first_launch_and_a_late_first_capture
     copy = _copy(tmp_path)
     (copy / "ec2" / "capacity-reservation.json").unlink()
     _edit(copy / "meta.json", lambda meta: meta.update(captures=["2026-12-01T15:30:00+00:00"]))
-    t = phases.build(load_plan(PROFILE), bundles.read(copy))
+    t = _timeline(copy)
     assert t.origin == parse_time("2026-12-01T14:00:41Z")
     assert "first GPU instance launch" in t.origin_label
     assert len(t.warnings) == 1
@@ -368,6 +368,6 @@ def test_first_token_follows_leaders_the_router_found_by_label(tmp_path: Path):
     for role, ip in ips.items():
         text = text.replace(f"http://glm51-2p2d-{role}-0.glm51-2p2d-{role}.pd-serving.svc:30000", f"http://{ip}:30000")
     log.write_text(text)
-    t = phases.build(load_plan(PROFILE), bundles.read(copy))
+    t = _timeline(copy)
     assert t.missing_workers == []
     assert t.first_token == _timeline().first_token == parse_time("2026-12-01T14:34:12.771204Z")

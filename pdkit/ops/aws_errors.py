@@ -80,6 +80,12 @@ def is_denied(err: BaseException) -> bool:
     return error_code(err) in DENIED
 
 
+def stack_missing(err: BaseException) -> bool:
+    """Asked for by name, a stack that does not exist is a ValidationError "Stack with id X does not exist"."""
+    message = str(getattr(err, "response", {}).get("Error", {}).get("Message", ""))
+    return error_code(err) == "ValidationError" and "does not exist" in message
+
+
 def explain(err: BaseException, *, region: str) -> KitError | None:
     """The operator-facing KitError for an AWS failure, or None when it is not one we understand."""
     from botocore import exceptions as bx

@@ -335,14 +335,12 @@ def with_bought_block(plan: Plan, aws: Aws) -> Plan:
 
 def bought_reservation_id(cloudformation: Any, stack_name: str) -> str | None:
     """The stack's ReservationId output; None when the stack does not exist or has no such output (yet)."""
-    from pdkit.ops.aws_errors import error_code
+    from pdkit.ops.aws_errors import stack_missing
 
     try:
         stacks = cloudformation.describe_stacks(StackName=stack_name).get("Stacks", [])
     except Exception as err:
-        # Asked for by name, a stack that does not exist is a ValidationError "Stack with id X does not exist".
-        message = str(getattr(err, "response", {}).get("Error", {}).get("Message", ""))
-        if error_code(err) == "ValidationError" and "does not exist" in message:
+        if stack_missing(err):
             return None
         raise
     outputs = stacks[0].get("Outputs", []) if stacks else []

@@ -33,7 +33,7 @@ from typing import Any
 from pdkit.errors import KitError
 from pdkit.model.plan import Plan
 from pdkit.ops import capacity
-from pdkit.ops.aws_errors import error_code
+from pdkit.ops.aws_errors import error_code, stack_missing
 
 LAUNCH_TEMPLATE = "AWS::EC2::LaunchTemplate"
 NODE_GROUP = "AWS::EKS::Nodegroup"
@@ -77,7 +77,7 @@ def deployed_template(cloudformation: Any, stack_name: str) -> dict[str, Any] | 
     try:
         body = cloudformation.get_template(StackName=stack_name, TemplateStage="Original")["TemplateBody"]
     except Exception as err:
-        if _stack_missing(err):
+        if stack_missing(err):
             return None
         raise
     # botocore decodes a JSON body into a mapping; a YAML body would stay a string (CDK always writes JSON).
@@ -243,8 +243,3 @@ def _refs(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from _refs(item)
-
-
-def _stack_missing(err: BaseException) -> bool:
-    message = str(getattr(err, "response", {}).get("Error", {}).get("Message", ""))
-    return error_code(err) == "ValidationError" and "does not exist" in message

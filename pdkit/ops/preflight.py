@@ -287,7 +287,9 @@ class Preflight:
     def _quota(self) -> None:
         need = self.plan.instance_count * self.plan.instance.vcpus
         value = _quota_value(self.aws.quotas, "ec2", P_INSTANCE_VCPU_QUOTA)
-        how = f"`aws service-quotas get-service-quota --service-code ec2 --quota-code {P_INSTANCE_VCPU_QUOTA} --region {self.aws.region}`"
+        quota, region = f"--service-code ec2 --quota-code {P_INSTANCE_VCPU_QUOTA}", self.aws.region
+        how = f"`aws service-quotas get-service-quota {quota} --region {region}`"
+        raise_it = f"`aws service-quotas request-service-quota-increase {quota} --desired-value {need} --region {region}`"
         if value is None:
             self._add("GPU vCPU quota", "WARN", f"Running On-Demand P instances ({P_INSTANCE_VCPU_QUOTA}) not reported", f"check it: {how}")
         elif value >= need:
@@ -300,16 +302,14 @@ class Preflight:
                 "FAIL",
                 f"Running On-Demand P instances is {value:g} vCPUs; the rehearsal's {self.plan.instance_count} x "
                 f"{self.plan.instance.name} need {need}",
-                f"`aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {P_INSTANCE_VCPU_QUOTA} "
-                f"--desired-value {need} --region {self.aws.region}`, then run pdkit preflight again",
+                f"{raise_it}, then run pdkit preflight again",
             )
         else:
             self._add(
                 "GPU vCPU quota",
                 "WARN",
                 f"Running On-Demand P instances is {value:g} vCPUs, {need} needed if it applies to Capacity Blocks (AWS does not document it)",
-                f"if nodes fail with VcpuLimitExceeded: `aws service-quotas request-service-quota-increase --service-code ec2 "
-                f"--quota-code {P_INSTANCE_VCPU_QUOTA} --desired-value {need} --region {self.aws.region}`",
+                f"if nodes fail with VcpuLimitExceeded: {raise_it}",
             )
 
     def _block_images(self) -> None:

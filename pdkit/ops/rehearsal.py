@@ -19,6 +19,7 @@ from pdkit.errors import KitError
 from pdkit.model.catalog import DATA, GB
 from pdkit.model.plan import Plan
 from pdkit.model.topology import CLUSTER_TAG
+from pdkit.ops.aws_errors import stack_missing
 
 if TYPE_CHECKING:
     from pdkit.ops.timeline.phases import Timeline
@@ -299,7 +300,6 @@ def check_teardown(plan: Plan, clients: Callable[[str], Any], *, table: dict[str
     import botocore.exceptions
 
     table = table if table is not None else prices()
-    per_month = table["kept_usd_per_month"]
     result = Teardown()
     ec2 = clients("ec2")
     for page in ec2.get_paginator("describe_instances").paginate(
@@ -325,8 +325,7 @@ def check_teardown(plan: Plan, clients: Callable[[str], Any], *, table: dict[str
         try:
             status = cfn.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"]
         except botocore.exceptions.ClientError as err:
-            # A deleted stack is "Stack with id X does not exist" (ValidationError) when asked for by name.
-            if err.response["Error"]["Code"] == "ValidationError" and "does not exist" in err.response["Error"]["Message"]:
+            if stack_missing(err):  # deleted
                 continue
             raise
         if status != "DELETE_COMPLETE":
@@ -353,7 +352,7 @@ def check_teardown(plan: Plan, clients: Callable[[str], Any], *, table: dict[str
         if service == "elasticloadbalancing":
             result.left.append(f"load balancer {resource}")
         elif service == "kms" and resource.startswith("key/"):
-            result.kept.append(_key(clients("kms"), arn, float(per_month["kms_key"])))
+            result.kept.append(_key(clients("kms"), arn, float(table["kept_usd_per_month"]["kms_key"])))
         elif service == "ecr" and resource.startswith("repository/"):
             name = resource.removeprefix("repository/")
             try:
@@ -369,19 +368,19 @@ def check_teardown(plan: Plan, clients: Callable[[str], Any], *, table: dict[str
                 raise KitError(
                     f"your AWS identity is not allowed to call ecr:DescribeImages on {name}. Fix: add ecr:DescribeImages to your IAM role or policy"
                 ) from None
-            result.kept.append(_sized("ECR repository", name, size, float(per_month["ecr_gb"]), _flag(table, "kept_usd_per_month.ecr_gb")))
+            result.kept.append(_sized("ECR repository", name, size, table, "ecr_gb"))
         elif service == "s3":
             size = sum(
                 o["Size"]
                 for page in clients("s3").get_paginator("list_objects_v2").paginate(Bucket=resource)
                 for o in page.get("Contents", [])
             )
-            result.kept.append(_sized("S3 bucket", resource, size, float(per_month["s3_gb"]), _flag(table, "kept_usd_per_month.s3_gb")))
+            result.kept.append(_sized("S3 bucket", resource, size, table, "s3_gb"))
         elif service == "logs" and resource.startswith("log-group:"):
             name = resource.removeprefix("log-group:").removesuffix(":*")
             groups = clients("logs").describe_log_groups(logGroupNamePrefix=name)["logGroups"]
             size = sum(g.get("storedBytes", 0) for g in groups if g["logGroupName"] == name)
-            result.kept.append(_sized("log group", name, size, float(per_month["logs_gb"]), _flag(table, "kept_usd_per_month.logs_gb")))
+            result.kept.append(_sized("log group", name, size, table, "logs_gb"))
     return result
 
 
@@ -393,6 +392,7 @@ def _key(kms: Any, arn: str, usd: float) -> Kept:
     return Kept("KMS key", meta["KeyId"], usd, meta["KeyState"].lower())
 
 
-def _sized(kind: str, name: str, size_bytes: int, usd_per_gb: float, flag: str = "") -> Kept:
+def _sized(kind: str, name: str, size_bytes: int, table: dict[str, Any], price: str) -> Kept:
+    """What `size_bytes` kept costs a month at the price table's kept_usd_per_month.<price> (per GB)."""
     gb = size_bytes / GB
-    return Kept(kind, name, gb * usd_per_gb, f"{gb:,.1f} GB{flag}")
+    return Kept(kind, name, gb * float(table["kept_usd_per_month"][price]), f"{gb:,.1f} GB{_flag(table, f'kept_usd_per_month.{price}')}")

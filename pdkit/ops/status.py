@@ -125,21 +125,12 @@ def _kubernetes(plan: Plan, kube: Kube, report: Report) -> None:
         for name, role in plan.roles.items():
             groups = [s for s in sets if s.role == name]
             ready = sum(s.ready for s in groups)
-            if not groups:
-                report.add(
-                    "serving",
-                    f"{name} groups",
-                    "WAIT",
-                    f"no LeaderWorkerSet labelled pdkit/role={name} in {namespace} yet (the DisaggregatedSet creates them)",
-                )
-            else:
-                names = ", ".join(s.name for s in groups)
-                report.add(
-                    "serving",
-                    f"{name} groups",
-                    "OK" if ready == role.replicas else "WAIT",
-                    f"{ready} of {role.replicas} groups ready ({names})",
-                )
+            detail = (
+                f"{ready} of {role.replicas} groups ready ({', '.join(s.name for s in groups)})"
+                if groups
+                else f"no LeaderWorkerSet labelled pdkit/role={name} in {namespace} yet (the DisaggregatedSet creates them)"
+            )
+            report.add("serving", f"{name} groups", "OK" if groups and ready == role.replicas else "WAIT", detail)
     routers = kube.routers(namespace)
     want = plan.router.replicas
     ready = sum(r.ready for r in routers)

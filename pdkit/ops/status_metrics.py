@@ -43,123 +43,57 @@ class Figure:
 class _Spec:
     id: str
     item: str
-    namespace: str
     metric: str
     dims: tuple[tuple[str, str], ...]
     stat: str
     unit: str  # how to print the value
     fail_above: float | None = None
     fail_below: float | None = None
+    namespace: str = c.SERVING_NAMESPACE  # the figures serving_metrics publishes, unless said
 
 
 def _specs(plan: Plan) -> list[_Spec]:
     p = plan.alarms
     cluster = (("ClusterName", plan.cluster_name),)
     block = (("CapacityReservationId", plan.reservation_id), *cluster)
+    decode = (*cluster, ("Role", "decode"))
     # A rehearsal has no block, so no clock: the block lifecycle function publishes nothing for it.
-    specs = (
-        []
-        if plan.market == "on-demand"
-        else [
-            _Spec(
-                "block_left",
-                "block minutes left",
-                c.BLOCK_NAMESPACE,
-                c.BLOCK_MINUTES_LEFT,
-                block,
-                "Minimum",
-                "min",
-                fail_below=plan.drain_lead_minutes,
-            ),
-        ]
-    )
+    specs = []
+    if plan.market != "on-demand":
+        drain, namespace = plan.drain_lead_minutes, c.BLOCK_NAMESPACE
+        specs.append(_Spec("block_left", "block minutes left", c.BLOCK_MINUTES_LEFT, block, "Minimum", "min", None, drain, namespace))
     specs += [
-        _Spec(
-            "ttft_p99",
-            "TTFT p99 (decode)",
-            c.SERVING_NAMESPACE,
-            "TtftP99Ms",
-            (*cluster, ("Role", "decode")),
-            "Average",
-            "ms",
-            p.ttft_p99_ms,
-        ),
-        _Spec(
-            "tpot_p99",
-            "TPOT p99 (decode)",
-            c.SERVING_NAMESPACE,
-            "TpotP99Ms",
-            (*cluster, ("Role", "decode")),
-            "Average",
-            "ms",
-            p.tpot_p99_ms,
-        ),
-        _Spec(
-            "output_tps",
-            "output tokens/s",
-            c.SERVING_NAMESPACE,
-            "OutputTokensPerSecond",
-            (*cluster, ("Role", "decode")),
-            "Average",
-            "tok/s",
-        ),
+        _Spec("ttft_p99", "TTFT p99 (decode)", "TtftP99Ms", decode, "Average", "ms", p.ttft_p99_ms),
+        _Spec("tpot_p99", "TPOT p99 (decode)", "TpotP99Ms", decode, "Average", "ms", p.tpot_p99_ms),
+        _Spec("output_tps", "output tokens/s", "OutputTokensPerSecond", decode, "Average", "tok/s"),
     ]
     for role in plan.roles.values():
-        dims = (*cluster, ("Role", role.name))
+        dims, r = (*cluster, ("Role", role.name)), role.name
         specs += [
             _Spec(
-                f"healthy_{role.name}",
-                f"{role.name} replicas healthy",
-                c.SERVING_NAMESPACE,
-                "HealthyWorkers",
-                dims,
-                "Minimum",
-                f"of {role.replicas}",
-                fail_below=role.replicas,
+                f"healthy_{r}", f"{r} replicas healthy", "HealthyWorkers", dims, "Minimum", f"of {role.replicas}", fail_below=role.replicas
             ),
-            _Spec(f"running_{role.name}", f"{role.name} running requests", c.SERVING_NAMESPACE, "RunningRequests", dims, "Average", "req"),
-            _Spec(f"queued_{role.name}", f"{role.name} queued requests", c.SERVING_NAMESPACE, "QueuedRequests", dims, "Average", "req"),
+            _Spec(f"running_{r}", f"{r} running requests", "RunningRequests", dims, "Average", "req"),
+            _Spec(f"queued_{r}", f"{r} queued requests", "QueuedRequests", dims, "Average", "req"),
         ]
         if role.attn_dp > 1:
+            imbalance = f"(1 = even, {role.attn_dp} = one rank busy)"
             specs += [
-                _Spec(
-                    f"busiest_rank_{role.name}",
-                    f"{role.name} busiest DP rank running requests",
-                    c.SERVING_NAMESPACE,
-                    "BusiestRankRunningRequests",
-                    dims,
-                    "Average",
-                    "req",
-                ),
-                _Spec(
-                    f"dp_imbalance_{role.name}",
-                    f"{role.name} DP load imbalance (max/mean tokens)",
-                    c.SERVING_NAMESPACE,
-                    "DpTokenImbalance",
-                    dims,
-                    "Average",
-                    f"(1 = even, {role.attn_dp} = one rank busy)",
-                ),
+                _Spec(f"busiest_rank_{r}", f"{r} busiest DP rank running requests", "BusiestRankRunningRequests", dims, "Average", "req"),
+                _Spec(f"dp_imbalance_{r}", f"{r} DP load imbalance (max/mean tokens)", "DpTokenImbalance", dims, "Average", imbalance),
             ]
         if role.reports_expert_balancedness:
+            floor = p.expert_balancedness_min
             specs.append(
                 _Spec(
-                    f"expert_balance_{role.name}",
-                    f"{role.name} expert balancedness",
-                    c.SERVING_NAMESPACE,
-                    "ExpertBalancedness",
-                    dims,
-                    "Average",
-                    "(1 = even)",
-                    fail_below=p.expert_balancedness_min,
+                    f"expert_balance_{r}", f"{r} expert balancedness", "ExpertBalancedness", dims, "Average", "(1 = even)", fail_below=floor
                 )
             )
+    insights = c.CONTAINER_INSIGHTS
     specs += [
-        _Spec(
-            "router_errors", "router 5xx share", c.SERVING_NAMESPACE, "RouterErrorRatio", cluster, "Average", "ratio", ROUTER_ERROR_RATIO
-        ),
-        _Spec("gpu_util", "GPU utilization (cluster average)", c.CONTAINER_INSIGHTS, "node_gpu_utilization", cluster, "Average", "%"),
-        _Spec("efa_drops", "EFA receive drops/s (all nodes)", c.CONTAINER_INSIGHTS, "node_efa_rx_dropped", cluster, "Sum", "/s", 0),
+        _Spec("router_errors", "router 5xx share", "RouterErrorRatio", cluster, "Average", "ratio", ROUTER_ERROR_RATIO),
+        _Spec("gpu_util", "GPU utilization (cluster average)", "node_gpu_utilization", cluster, "Average", "%", namespace=insights),
+        _Spec("efa_drops", "EFA receive drops/s (all nodes)", "node_efa_rx_dropped", cluster, "Sum", "/s", 0, namespace=insights),
     ]
     return specs
 
@@ -190,10 +124,8 @@ def headline(plan: Plan, results: Iterable[dict[str, Any]]) -> list[Figure]:
             out.append(Figure(s.item, "WAIT", "no data in the last 10 minutes", None))
             continue
         failed = (s.fail_above is not None and value > s.fail_above) or (s.fail_below is not None and value < s.fail_below)
-        limit = (
-            f" (limit {s.fail_above:g})" if s.fail_above is not None else (f" (limit {s.fail_below:g})" if s.fail_below is not None else "")
-        )
-        out.append(Figure(s.item, "FAIL" if failed else "OK", f"{_fmt(value)} {s.unit}{limit if failed else ''}", value))
+        limit = f" (limit {s.fail_above if s.fail_above is not None else s.fail_below:g})" if failed else ""
+        out.append(Figure(s.item, "FAIL" if failed else "OK", f"{_fmt(value)} {s.unit}{limit}", value))
     return out
 
 

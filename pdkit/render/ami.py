@@ -51,9 +51,6 @@ ROOT_DEVICE = "/dev/xvda"
 # Room for the serving image twice (compressed content and the unpacked snapshot) on top of the parent's
 # ~20 GiB; the GPU launch template's root volume must be at least this large.
 ROOT_VOLUME_GIB = 150
-# Pods inherit containerd's RLIMIT_MEMLOCK (ami/components/container-limits.yaml says why it must be unlimited).
-CONTAINERD_MEMLOCK_DROPIN = node_config.CONTAINERD_MEMLOCK_DROPIN
-containerd_memlock_script = node_config.containerd_memlock_script
 CAPACITY_TYPE_LABEL = {"eks.amazonaws.com/capacityType": "CAPACITY_BLOCK"}
 NODE_GROUP_LABEL = "eks.amazonaws.com/nodegroup"
 
@@ -188,16 +185,7 @@ def custom_node_config(
 
 def custom_user_data(cluster: ClusterDetails, *, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]] = ()) -> str:
     """MIME multipart user data with the one nodeadm part (the format pdkit.render.node_config uses)."""
-    part = yaml.safe_dump(custom_node_config(cluster, labels=labels, taints=taints), sort_keys=False, width=1 << 16)
-    boundary = node_config.BOUNDARY
-    return (
-        "MIME-Version: 1.0\n"
-        f'Content-Type: multipart/mixed; boundary="{boundary}"\n\n'
-        f"--{boundary}\n"
-        "Content-Type: application/node.eks.aws\n\n"
-        f"---\n{part}\n"
-        f"--{boundary}--\n"
-    )
+    return node_config.multipart(custom_node_config(cluster, labels=labels, taints=taints), width=1 << 16)
 
 
 def role_kubelet_identity(plan: Plan, role: RolePlan) -> tuple[dict[str, str], list[dict[str, str]]]:

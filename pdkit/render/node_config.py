@@ -25,18 +25,15 @@ def user_data() -> str:
     """NodeConfig plus the containerd locked-memory drop-in: EFA registers GPU and host memory, the serving
     pods run as a non-root user without CAP_IPC_LOCK, so they inherit containerd's limit (8 MiB by default).
     The custom AMI bakes the same drop-in (ami/components/container-limits.yaml)."""
-    part = yaml.safe_dump(node_config(), sort_keys=False)
-    return (
-        "MIME-Version: 1.0\n"
-        f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"\n\n'
-        f"--{BOUNDARY}\n"
-        "Content-Type: application/node.eks.aws\n\n"
-        f"---\n{part}\n"
-        f"--{BOUNDARY}\n"
-        'Content-Type: text/x-shellscript; charset="us-ascii"\n\n'
-        f"{containerd_memlock_script()}\n"
-        f"--{BOUNDARY}--\n"
-    )
+    return multipart(node_config(), ('text/x-shellscript; charset="us-ascii"', containerd_memlock_script()))
+
+
+def multipart(config: dict[str, object], *more: tuple[str, str], width: int = 80) -> str:
+    """MIME multipart user data: the NodeConfig part first (YAML lines up to `width`), then each (content type, body) of `more`."""
+    node = yaml.safe_dump(config, sort_keys=False, width=width)
+    parts = [("application/node.eks.aws", f"---\n{node}"), *more]
+    body = "".join(f"--{BOUNDARY}\nContent-Type: {kind}\n\n{text}\n" for kind, text in parts)
+    return f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{BOUNDARY}"\n\n{body}--{BOUNDARY}--\n'
 
 
 def containerd_memlock_script() -> str:

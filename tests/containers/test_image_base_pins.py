@@ -111,15 +111,14 @@ def test_a_literal_from_is_listed_and_malformed_fails(doc: Doc, versions: Module
 DOCKER_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io"}
 
 
-def test_no_base_image_is_pulled_from_docker_hub(doc: Doc, versions: ModuleType) -> None:
+def test_no_base_image_is_pulled_from_docker_hub(doc: Doc, versions: ModuleType, pin_digests: ModuleType) -> None:
     """CodeBuild pulls base images anonymously from shared addresses, where Docker Hub answers `toomanyrequests`
     (https://docs.docker.com/docker-hub/usage/pulls/). NVIDIA publishes the CUDA images on its own registry
     (https://catalog.ngc.nvidia.com/orgs/nvidia/containers/cuda), which serves anonymous pulls; a reference
-    without a registry host is Docker Hub too.
+    without a registry host is Docker Hub too (pin_digests.split_repository, tested in test_image_pin_digests.py).
     """
     for where, reference in base_image_references(doc, versions):
-        first = reference.split("/", 1)[0]
-        host = first if "/" in reference and ("." in first or ":" in first or first == "localhost") else "docker.io"
+        host, _ = pin_digests.split_repository(versions.parse_image_ref(reference).repository)
         assert host not in DOCKER_HUB_HOSTS, f"{where}: {reference} comes from Docker Hub"
 
 

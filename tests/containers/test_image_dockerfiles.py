@@ -98,11 +98,6 @@ def test_build_args_formats(doc: Doc) -> None:
     assert "unknown image" in unknown.stderr
 
 
-def _lint(versions: ModuleType, doc: Doc, image: str, text: str) -> list[str]:
-    problems: list[str] = versions.lint_dockerfile(text, doc, image)
-    return problems
-
-
 MUTATIONS: dict[str, tuple[str, str, str]] = {
     # name: (replace this, with this, expected message)
     "arg default equal to versions.yaml": ("ARG SGLANG_VERSION\n", "ARG SGLANG_VERSION=0.5.23\n", "has a default"),
@@ -153,13 +148,13 @@ def test_version_rules_fire(case: str, doc: Doc, versions: ModuleType) -> None:
     text = versions.dockerfile_path(doc, "sglang-efa").read_text()
     old, new, message = MUTATIONS[case]
     assert old in text, f"mutation {case!r} no longer applies; update it"
-    problems = _lint(versions, doc, "sglang-efa", text.replace(old, new, 1))
+    problems = versions.lint_dockerfile(text.replace(old, new, 1), doc, "sglang-efa")
     assert any(message in problem for problem in problems), problems
 
 
 def test_comments_may_mention_versions(doc: Doc, versions: ModuleType) -> None:
     text = versions.dockerfile_path(doc, "sglang-efa").read_text()
-    assert _lint(versions, doc, "sglang-efa", text + "# bumped from 0.5.22 to 0.5.23\n") == []
+    assert versions.lint_dockerfile(text + "# bumped from 0.5.22 to 0.5.23\n", doc, "sglang-efa") == []
 
 
 KIT_FILES = sorted(path for path in KIT_DIR.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
@@ -327,9 +322,9 @@ def test_context_sources_reads_copy_add_and_bind_mounts(versions: ModuleType) ->
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_build_context_is_exactly_what_the_dockerfile_copies(image: str, doc: Doc, versions: ModuleType) -> None:
-    """The allow-list sends only files a COPY reads; no secret, venv or cdk.out goes to BuildKit (or into the tag)."""
-    path = versions.dockerfile_path(doc, image)
-    assert versions.lint_context(path.read_text(), doc, image, where=str(path)) == []
+    """The allow-list sends only files a COPY reads (lint_context, part of lint_dockerfile: test_dockerfile_agrees_with_versions
+    and the "COPY of a file the allow-list does not admit" / "allow-list admits what no COPY uses" mutations); no secret,
+    venv or cdk.out goes to BuildKit (or into the tag)."""
     files = {p.relative_to(versions.context_path(doc, image)).as_posix() for p in versions.context_files(doc, image)}
     assert files
     allowed = ("containers/kit/", "pdkit/", "containers/sglang-efa/requirements.lock")

@@ -55,9 +55,10 @@ def smoke() -> ModuleType:
     return load_module("import_smoke", KIT_DIR / "import_smoke.py")
 
 
-def site(tmp_path: Path, overrides: Mapping[str, str] | None = None) -> Path:
+def site(tmp_path: Path, overrides: Mapping[str, str] | None = None, *, files: Mapping[str, str] = GOOD) -> Path:
+    """A stand-in site directory: `files` (the good image's by default) with `overrides` written over them."""
     root = tmp_path / "site"
-    for name, text in {**GOOD, **(overrides or {})}.items():
+    for name, text in {**files, **(overrides or {})}.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -176,11 +177,7 @@ def upstream_site(tmp_path: Path, *, deep_ep_init: str = UPSTREAM_INIT, with_ucc
         "deep_ep/buffers/__init__.py": "",
         "deep_ep/buffers/legacy.py": "class Buffer: ...\n",
     }
-    root = tmp_path / "site"
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    root = site(tmp_path, files=files)
     info = root / "sgl_deep_ep-0.1.2.post1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sgl-deep-ep\nVersion: 0.1.2.post1\n")

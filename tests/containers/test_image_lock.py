@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from container_paths import CONTAINERS_DIR, REPO_ROOT, load_module
+from container_paths import CONTAINERS_DIR, REPO_ROOT, canonical, load_module
 
 Doc = dict[str, Any]
 IMAGE = "sglang-efa"
@@ -39,11 +39,6 @@ OTHER_CUDA_MAJOR = re.compile(r"-cu(?:da)?(?P<major>1[0-9])$")
 # nvidia-cutlass-dsl 4.8.0's metadata requires nvidia-cutlass-dsl-libs-cu12==4.8.0 unconditionally (the
 # cu13 libraries come on top, through its [cu13] extra, which the lock also holds); no constraint removes it.
 OTHER_CUDA_MAJOR_ALLOWED = {"nvidia-cutlass-dsl-libs-cu12"}
-
-
-def canonical(name: str) -> str:
-    """PEP 503 normalized project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_lock(text: str) -> dict[str, tuple[str, list[str]]]:

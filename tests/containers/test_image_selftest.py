@@ -47,19 +47,6 @@ def nm(defined: Sequence[str] = (), undefined: Sequence[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ldd(**resolved: str | None) -> str:
-    lines = ["\tlinux-vdso.so.1 (0x00007ffd5a3f2000)"]
-    for name, path in resolved.items():
-        soname = name.replace("__", ".").replace("_", "-") if "__" in name else name
-        lines.append(f"\t{soname} => {path if path else 'not found'}" + (" (0x00007f1c2a000000)" if path else ""))
-    lines.append("\t/lib64/ld-linux-x86-64.so.2 (0x00007f1c2b000000)")
-    return "\n".join(lines) + "\n"
-
-
-def lib(name: str, path: str | None) -> tuple[str, str | None]:
-    return name, path
-
-
 def ldd_of(*pairs: tuple[str, str | None]) -> str:
     lines = ["\tlinux-vdso.so.1 (0x00007ffd5a3f2000)"]
     for name, path in pairs:
@@ -233,6 +220,22 @@ def good_image(selftest: ModuleType, expected: Mapping[str, str]) -> FakeSystem:
 Mutation = Callable[[FakeSystem, Mapping[str, str]], None]
 
 
+def put(table: str, key: Any, value: Any = None) -> Mutation:
+    """A build that differs from the good fake in ONE entry of one of its tables (env, dists, texts, files, ...):
+    `key` set to `value`, or, with no value, the entry gone (a file not there, a variable unset, a package absent)."""
+
+    def mutate(s: FakeSystem, e: Mapping[str, str]) -> None:
+        entries = getattr(s, table)
+        if value is not None:
+            entries[key] = value
+        elif isinstance(entries, set):
+            entries.discard(key)
+        else:
+            del entries[key]
+
+    return mutate
+
+
 def sgl_deep_ep_instead_of_uccl(s: FakeSystem, e: Mapping[str, str]) -> None:
     del s.dists["deep-ep"], s.dists["uccl"]
     s.dists["sgl-deep-ep"] = ("0.1.2.post1", [SITE / "deep_ep" / "__init__.py", SITE / "deep_ep_cpp.cpython-312-x86_64-linux-gnu.so"])
@@ -250,18 +253,6 @@ def pypi_uccl_without_efa(s: FakeSystem, e: Mapping[str, str]) -> None:
     s.symbols[UCCL_EP] = nm(["PyInit_ep"], ["ibv_reg_mr_iova2", "ibv_create_qp"])
 
 
-def uccl_without_efa_path(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.symbols[UCCL_EP] = nm(["PyInit_ep"], ["ibv_reg_mr_iova2"])
-
-
-def uccl_other_commit(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.texts[Path("/opt/kit/uccl-build.json")] = json.dumps({"commit": "0" * 40})
-
-
-def uccl_libefa_unresolved(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.links[UCCL_EP] = ldd_of(("libibverbs.so.1", f"{SYS_LIB}/libibverbs.so.1"), ("libefa.so.1", None))
-
-
 def pypi_mooncake_without_efa(s: FakeSystem, e: Mapping[str, str]) -> None:
     del s.dists[e["mooncake_package"]]
     s.dists["mooncake-transfer-engine"] = ("0.3.13", [SITE / "mooncake" / "__init__.py", ENGINE])
@@ -276,37 +267,17 @@ def both_mooncakes(s: FakeSystem, e: Mapping[str, str]) -> None:
     s.owners["mooncake"] = [e["mooncake_package"], "mooncake-transfer-engine"]
 
 
-def cuda12_mooncake(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.elf[ENGINE] = readelf("libcudart.so.12", "libibverbs.so.1", "libfabric.so.1")
+def other_version_of(component: str, version: str) -> Mutation:
+    """The package of versions.yaml's `component` (its name as recorded in expected.json) at another version, same files."""
 
+    def mutate(s: FakeSystem, e: Mapping[str, str]) -> None:
+        s.dists[e[component]] = (version, s.dists[e[component]][1])
 
-def mooncake_on_distro_libfabric(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.links[ENGINE] = ldd_of(("libfabric.so.1", f"{SYS_LIB}/libfabric.so.1"), ("libibverbs.so.1", f"{SYS_LIB}/libibverbs.so.1"))
-
-
-def mooncake_missing_library(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.links[ENGINE] = ldd_of(("libfabric.so.1", f"{EFA_LIB}/libfabric.so.1"), ("libcurl.so.4", None))
-
-
-def mooncake_other_version(s: FakeSystem, e: Mapping[str, str]) -> None:
-    _, files = s.dists[e["mooncake_package"]]
-    s.dists[e["mooncake_package"]] = ("0.3.12", files)
+    return mutate
 
 
 def nixl_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
     del s.dists[e["nixl_package"]]
-
-
-def nixl_on_distro_libfabric(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.links[NIXL_PLUGIN] = ldd_of(("libfabric.so.1", f"{SYS_LIB}/libfabric.so.1"))
-
-
-def plugin_unselected(s: FakeSystem, e: Mapping[str, str]) -> None:
-    del s.env["NCCL_NET_PLUGIN"]
-
-
-def plugin_other_name(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.env["NCCL_NET_PLUGIN"] = "aws-ofi"
 
 
 def plugin_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
@@ -314,58 +285,13 @@ def plugin_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
     del s.texts[OFI_PLUGIN]
 
 
-def plugin_dir_not_on_path(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.env["LD_LIBRARY_PATH"] = "/opt/amazon/efa/lib"
-
-
-def plugin_is_not_a_net_plugin(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.symbols[OFI_PLUGIN] = nm(["ncclTunerPlugin_v4"])
-
-
-def env_provider_unset(s: FakeSystem, e: Mapping[str, str]) -> None:
-    del s.env["FI_PROVIDER"]
-
-
-def env_mooncake_rdma(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.env["MOONCAKE_PROTOCOL"] = "rdma"
-
-
-def env_expandable_segments(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-
-
-def env_no_device_rdma(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.env["FI_EFA_USE_DEVICE_RDMA"] = "0"
-
-
-def env_efa_lib_not_on_path(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.env["LD_LIBRARY_PATH"] = "/opt/amazon/ofi-nccl/lib"
-
-
 def efa_installer_absent(s: FakeSystem, e: Mapping[str, str]) -> None:
     del s.texts[Path("/opt/amazon/efa_installed_packages")]
     s.files.clear()
 
 
-def efa_installer_other_version(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.texts[Path("/opt/amazon/efa_installed_packages")] = "# EFA installer version: 1.43.2\n"
-
-
 def libfabric_other_version(s: FakeSystem, e: Mapping[str, str]) -> None:
     s.outputs = {key: "libfabric: 2.1.0amzn5.0\n" for key in s.outputs}
-
-
-def other_sglang(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.dists["sglang"] = ("0.5.22", [])
-
-
-def no_sglang(s: FakeSystem, e: Mapping[str, str]) -> None:
-    del s.dists["sglang"]
-
-
-def other_router(s: FakeSystem, e: Mapping[str, str]) -> None:
-    _, files = s.dists[e["router_package"]]
-    s.dists[e["router_package"]] = ("1.9.0", files)
 
 
 def sglang_router_instead_of_smg(s: FakeSystem, e: Mapping[str, str]) -> None:
@@ -384,113 +310,124 @@ def router_module_shadowed(s: FakeSystem, e: Mapping[str, str]) -> None:
     s.owners["smg"] = [e["router_package"], "smg-grpc-servicer"]
 
 
-def staging_module_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.outputs[STAGING_PROBE_ARGV] = (
-        "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError: No module named 'pdkit'\n"
-    )
-
-
-def staging_imports_more_of_pdkit(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.outputs[STAGING_PROBE_ARGV] = "ModuleNotFoundError: No module named 'pdkit.model.plan'\n"
-
-
 def boto3_without_crt(s: FakeSystem, e: Mapping[str, str]) -> None:
     del s.dists["awscrt"]
     s.outputs[STAGING_PROBE_ARGV] = STAGING_NO_CRT
-
-
-def crt_not_seen_by_botocore(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.outputs[STAGING_PROBE_ARGV] = STAGING_NO_CRT
-
-
-def boto3_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
-    del s.dists["boto3"]
-
-
-def other_boto3(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.dists["boto3"] = ("1.40.0", [])
-
-
-def other_torch(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.dists["torch"] = ("2.9.0+cu128", [])
 
 
 def other_nccl(s: FakeSystem, e: Mapping[str, str]) -> None:
     s.dists[e["nccl_package"]] = ("2.28.3", [NCCL_LIB])
 
 
-def nccl_tests_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.files.discard(Path("/opt/nccl-tests/bin/all_reduce_perf"))
-
-
-def nccl_tests_on_system_nccl(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.links[Path("/opt/nccl-tests/bin/all_reduce_perf")] = ldd_of(("libnccl.so.2", f"{SYS_LIB}/libnccl.so.2"))
-
-
-def fabtests_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.files.discard(Path("/opt/fabtests/bin/fi_rdm_pingpong"))
-
-
-def bench_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.files.discard(Path("/opt/uccl-ep/bench/test_low_latency.py"))
-
-
-def kubectl_rsh_missing(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.files.discard(Path("/opt/kit/bin/kubectl-rsh.sh"))
-
-
-def other_kubectl(s: FakeSystem, e: Mapping[str, str]) -> None:
-    s.outputs[("/usr/local/bin/kubectl", "version", "--client")] = "Client Version: v1.34.1\nKustomize Version: v5.7.1\n"
+def on_lib(path: Path, *pairs: tuple[str, str | None]) -> Mutation:
+    """`path` linked (ldd) against these libraries instead of the image's."""
+    return put("links", path, ldd_of(*pairs))
 
 
 BROKEN: dict[str, tuple[str, Mutation, str]] = {
     "sgl-deep-ep instead of UCCL-EP": ("check_deep_ep_is_uccl_efa", sgl_deep_ep_instead_of_uccl, "sgl-deep-ep"),
     "sgl-deep-ep left installed": ("check_deep_ep_is_uccl_efa", sgl_deep_ep_left_installed, "still installed"),
     "PyPI uccl (CUDA 12, no EFA)": ("check_deep_ep_is_uccl_efa", pypi_uccl_without_efa, "libefa.so.1"),
-    "UCCL without -DEFA": ("check_deep_ep_is_uccl_efa", uccl_without_efa_path, "efadv_create_qp_ex"),
-    "UCCL from another commit": ("check_deep_ep_is_uccl_efa", uccl_other_commit, "versions.yaml pins"),
-    "UCCL libefa unresolved": ("check_deep_ep_is_uccl_efa", uccl_libefa_unresolved, "does not resolve"),
+    "UCCL without -DEFA": (
+        "check_deep_ep_is_uccl_efa",
+        put("symbols", UCCL_EP, nm(["PyInit_ep"], ["ibv_reg_mr_iova2"])),
+        "efadv_create_qp_ex",
+    ),
+    "UCCL from another commit": (
+        "check_deep_ep_is_uccl_efa",
+        put("texts", Path("/opt/kit/uccl-build.json"), json.dumps({"commit": "0" * 40})),
+        "versions.yaml pins",
+    ),
+    "UCCL libefa unresolved": (
+        "check_deep_ep_is_uccl_efa",
+        on_lib(UCCL_EP, ("libibverbs.so.1", f"{SYS_LIB}/libibverbs.so.1"), ("libefa.so.1", None)),
+        "does not resolve",
+    ),
     "PyPI mooncake-transfer-engine": ("check_mooncake_efa", pypi_mooncake_without_efa, "EfaTransport"),
     "both Mooncake wheels": ("check_mooncake_efa", both_mooncakes, "no EFA transport"),
-    "Mooncake EFA for CUDA 12": ("check_mooncake_efa", cuda12_mooncake, "libcudart.so.12"),
-    "Mooncake on distro libfabric": ("check_mooncake_efa", mooncake_on_distro_libfabric, "not the EFA installer's"),
-    "Mooncake missing a library": ("check_mooncake_efa", mooncake_missing_library, "libcurl.so.4"),
-    "Mooncake other version": ("check_mooncake_efa", mooncake_other_version, "0.3.12"),
+    "Mooncake EFA for CUDA 12": (
+        "check_mooncake_efa",
+        put("elf", ENGINE, readelf("libcudart.so.12", "libibverbs.so.1", "libfabric.so.1")),
+        "libcudart.so.12",
+    ),
+    "Mooncake on distro libfabric": (
+        "check_mooncake_efa",
+        on_lib(ENGINE, ("libfabric.so.1", f"{SYS_LIB}/libfabric.so.1"), ("libibverbs.so.1", f"{SYS_LIB}/libibverbs.so.1")),
+        "not the EFA installer's",
+    ),
+    "Mooncake missing a library": (
+        "check_mooncake_efa",
+        on_lib(ENGINE, ("libfabric.so.1", f"{EFA_LIB}/libfabric.so.1"), ("libcurl.so.4", None)),
+        "libcurl.so.4",
+    ),
+    "Mooncake other version": ("check_mooncake_efa", other_version_of("mooncake_package", "0.3.12"), "0.3.12"),
     "NIXL missing": ("check_nixl_libfabric", nixl_missing, "not installed"),
-    "NIXL on distro libfabric": ("check_nixl_libfabric", nixl_on_distro_libfabric, "not the EFA installer's"),
-    "NCCL_NET_PLUGIN unset": ("check_ofi_nccl_plugin", plugin_unselected, "NCCL_NET_PLUGIN is None"),
-    "NCCL_NET_PLUGIN other": ("check_ofi_nccl_plugin", plugin_other_name, "aws-ofi"),
+    "NIXL on distro libfabric": (
+        "check_nixl_libfabric",
+        on_lib(NIXL_PLUGIN, ("libfabric.so.1", f"{SYS_LIB}/libfabric.so.1")),
+        "not the EFA installer's",
+    ),
+    "NCCL_NET_PLUGIN unset": ("check_ofi_nccl_plugin", put("env", "NCCL_NET_PLUGIN"), "NCCL_NET_PLUGIN is None"),
+    "NCCL_NET_PLUGIN other": ("check_ofi_nccl_plugin", put("env", "NCCL_NET_PLUGIN", "aws-ofi"), "aws-ofi"),
     "OFI plugin missing": ("check_ofi_nccl_plugin", plugin_missing, "missing"),
-    "OFI plugin dir not on LD_LIBRARY_PATH": ("check_ofi_nccl_plugin", plugin_dir_not_on_path, "not on LD_LIBRARY_PATH"),
-    "tuner instead of net plugin": ("check_ofi_nccl_plugin", plugin_is_not_a_net_plugin, "ncclNetPlugin_vN"),
-    "FI_PROVIDER unset": ("check_efa_env", env_provider_unset, "FI_PROVIDER"),
-    "MOONCAKE_PROTOCOL=rdma": ("check_efa_env", env_mooncake_rdma, "MOONCAKE_PROTOCOL"),
-    "expandable_segments": ("check_efa_env", env_expandable_segments, "expandable_segments"),
-    "device RDMA off": ("check_efa_env", env_no_device_rdma, "FI_EFA_USE_DEVICE_RDMA"),
-    "EFA lib not on LD_LIBRARY_PATH": ("check_efa_env", env_efa_lib_not_on_path, "/opt/amazon/efa/lib"),
+    "OFI plugin dir not on LD_LIBRARY_PATH": (
+        "check_ofi_nccl_plugin",
+        put("env", "LD_LIBRARY_PATH", "/opt/amazon/efa/lib"),
+        "not on LD_LIBRARY_PATH",
+    ),
+    "tuner instead of net plugin": ("check_ofi_nccl_plugin", put("symbols", OFI_PLUGIN, nm(["ncclTunerPlugin_v4"])), "ncclNetPlugin_vN"),
+    "FI_PROVIDER unset": ("check_efa_env", put("env", "FI_PROVIDER"), "FI_PROVIDER"),
+    "MOONCAKE_PROTOCOL=rdma": ("check_efa_env", put("env", "MOONCAKE_PROTOCOL", "rdma"), "MOONCAKE_PROTOCOL"),
+    "expandable_segments": ("check_efa_env", put("env", "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), "expandable_segments"),
+    "device RDMA off": ("check_efa_env", put("env", "FI_EFA_USE_DEVICE_RDMA", "0"), "FI_EFA_USE_DEVICE_RDMA"),
+    "EFA lib not on LD_LIBRARY_PATH": ("check_efa_env", put("env", "LD_LIBRARY_PATH", "/opt/amazon/ofi-nccl/lib"), "/opt/amazon/efa/lib"),
     "EFA installer not run": ("check_efa_installer", efa_installer_absent, "missing"),
-    "EFA installer other version": ("check_efa_installer", efa_installer_other_version, "does not say"),
+    "EFA installer other version": (
+        "check_efa_installer",
+        put("texts", Path("/opt/amazon/efa_installed_packages"), "# EFA installer version: 1.43.2\n"),
+        "does not say",
+    ),
     "libfabric other version": ("check_efa_installer", libfabric_other_version, "does not report libfabric"),
-    "SGLang other version": ("check_sglang", other_sglang, "0.5.22"),
-    "SGLang missing": ("check_sglang", no_sglang, "not installed"),
-    "router other version": ("check_router", other_router, "1.9.0"),
+    "SGLang other version": ("check_sglang", put("dists", "sglang", ("0.5.22", [])), "0.5.22"),
+    "SGLang missing": ("check_sglang", put("dists", "sglang"), "not installed"),
+    "router other version": ("check_router", other_version_of("router_package", "1.9.0"), "1.9.0"),
     "sglang-router instead of smg": ("check_router", sglang_router_instead_of_smg, "smg is not installed"),
     "router without launch_router": ("check_router", router_without_the_module, "does not ship smg.launch_router"),
     "router module from two distributions": ("check_router", router_module_shadowed, "smg-grpc-servicer"),
-    "staging module not in the image": ("check_weights_staging", staging_module_missing, "No module named 'pdkit'"),
-    "staging imports more of pdkit": ("check_weights_staging", staging_imports_more_of_pdkit, "pdkit.model.plan"),
+    "staging module not in the image": (
+        "check_weights_staging",
+        put(
+            "outputs",
+            STAGING_PROBE_ARGV,
+            "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError: No module named 'pdkit'\n",
+        ),
+        "No module named 'pdkit'",
+    ),
+    "staging imports more of pdkit": (
+        "check_weights_staging",
+        put("outputs", STAGING_PROBE_ARGV, "ModuleNotFoundError: No module named 'pdkit.model.plan'\n"),
+        "pdkit.model.plan",
+    ),
     "boto3 without the crt extra": ("check_weights_staging", boto3_without_crt, "awscrt is not installed"),
-    "botocore does not see the CRT": ("check_weights_staging", crt_not_seen_by_botocore, "HAS_CRT is False"),
-    "boto3 missing": ("check_weights_staging", boto3_missing, "boto3 is not installed"),
-    "boto3 other version": ("check_weights_staging", other_boto3, "1.40.0"),
-    "torch other version": ("check_torch", other_torch, "2.9.0"),
+    "botocore does not see the CRT": ("check_weights_staging", put("outputs", STAGING_PROBE_ARGV, STAGING_NO_CRT), "HAS_CRT is False"),
+    "boto3 missing": ("check_weights_staging", put("dists", "boto3"), "boto3 is not installed"),
+    "boto3 other version": ("check_weights_staging", put("dists", "boto3", ("1.40.0", [])), "1.40.0"),
+    "torch other version": ("check_torch", put("dists", "torch", ("2.9.0+cu128", [])), "2.9.0"),
     "NCCL other version": ("check_nccl", other_nccl, "2.28.3"),
-    "nccl-tests missing": ("check_nccl_tests", nccl_tests_missing, "missing"),
-    "nccl-tests on system NCCL": ("check_nccl_tests", nccl_tests_on_system_nccl, "loads libnccl.so.2 from"),
-    "fabtests missing": ("check_fabtests", fabtests_missing, "fi_rdm_pingpong"),
-    "UCCL-EP bench missing": ("check_uccl_ep_bench", bench_missing, "test_low_latency.py"),
-    "kubectl-rsh.sh missing": ("check_kubectl_rsh", kubectl_rsh_missing, "kubectl-rsh.sh is missing"),
-    "kubectl other version": ("check_kubectl_rsh", other_kubectl, "v1.34.1"),
+    "nccl-tests missing": ("check_nccl_tests", put("files", Path("/opt/nccl-tests/bin/all_reduce_perf")), "missing"),
+    "nccl-tests on system NCCL": (
+        "check_nccl_tests",
+        on_lib(Path("/opt/nccl-tests/bin/all_reduce_perf"), ("libnccl.so.2", f"{SYS_LIB}/libnccl.so.2")),
+        "loads libnccl.so.2 from",
+    ),
+    "fabtests missing": ("check_fabtests", put("files", Path("/opt/fabtests/bin/fi_rdm_pingpong")), "fi_rdm_pingpong"),
+    "UCCL-EP bench missing": ("check_uccl_ep_bench", put("files", Path("/opt/uccl-ep/bench/test_low_latency.py")), "test_low_latency.py"),
+    "kubectl-rsh.sh missing": ("check_kubectl_rsh", put("files", Path("/opt/kit/bin/kubectl-rsh.sh")), "kubectl-rsh.sh is missing"),
+    "kubectl other version": (
+        "check_kubectl_rsh",
+        put("outputs", ("/usr/local/bin/kubectl", "version", "--client"), "Client Version: v1.34.1\nKustomize Version: v5.7.1\n"),
+        "v1.34.1",
+    ),
 }
 
 ALL_CHECKS = sorted({check for check, _, _ in BROKEN.values()})
@@ -520,28 +457,29 @@ def test_every_check_has_a_failing_case(selftest: ModuleType) -> None:
     assert names <= set(ALL_CHECKS), sorted(names - set(ALL_CHECKS))
 
 
-def test_torch_local_version_is_accepted(selftest: ModuleType, expected: dict[str, str]) -> None:
+def torch_local_version(s: FakeSystem, e: Mapping[str, str]) -> None:
+    s.dists["torch"] = (e["torch"] + "+cu130", [])
+
+
+# Variants of a good image a check must accept (or only warn about): (check, variant, status).
+ACCEPTED: dict[str, tuple[str, Mutation, str]] = {
+    "torch with a local version (+cu130)": ("check_torch", torch_local_version, "PASS"),
+    "OFI plugin selected by absolute path": ("check_ofi_nccl_plugin", put("env", "NCCL_NET_PLUGIN", str(OFI_PLUGIN)), "PASS"),
+    "plugin version mismatch only warns": (
+        "check_ofi_nccl_version",
+        put("texts", OFI_PLUGIN, "NET/OFI Initializing aws-ofi-nccl 1.16.3"),
+        "WARN",
+    ),
+    "validation profile does not need Mooncake": ("check_efa_env_without_mooncake", put("env", "MOONCAKE_PROTOCOL"), "PASS"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ACCEPTED))
+def test_check_accepts_a_variant_of_the_good_image(case: str, selftest: ModuleType, expected: dict[str, str]) -> None:
+    check, vary, status = ACCEPTED[case]
     system = good_image(selftest, expected)
-    system.dists["torch"] = (expected["torch"] + "+cu130", [])
-    assert selftest.check_torch(system, expected).status == selftest.PASS
-
-
-def test_ofi_plugin_by_absolute_path(selftest: ModuleType, expected: dict[str, str]) -> None:
-    system = good_image(selftest, expected)
-    system.env["NCCL_NET_PLUGIN"] = str(OFI_PLUGIN)
-    assert selftest.check_ofi_nccl_plugin(system, expected).status == selftest.PASS
-
-
-def test_plugin_version_mismatch_only_warns(selftest: ModuleType, expected: dict[str, str]) -> None:
-    system = good_image(selftest, expected)
-    system.texts[OFI_PLUGIN] = "NET/OFI Initializing aws-ofi-nccl 1.16.3"
-    assert selftest.check_ofi_nccl_version(system, expected).status == selftest.WARN
-
-
-def test_validation_profile_does_not_need_mooncake(selftest: ModuleType, expected: dict[str, str]) -> None:
-    system = good_image(selftest, expected)
-    del system.env["MOONCAKE_PROTOCOL"]
-    assert selftest.check_efa_env_without_mooncake(system, expected).status == selftest.PASS
+    vary(system, expected)
+    assert getattr(selftest, check)(system, expected).status == status
 
 
 @pytest.mark.parametrize("profile", ["serving", "validation"])
@@ -553,9 +491,7 @@ def test_main_prints_a_pass_table(profile: str, selftest: ModuleType, expected: 
     assert code == 0, out
     assert f"selftest profile: {profile}" in out
     assert "FAIL" not in out.replace("0 failed", "")
-    assert "selftest PASS" in out
-    for check in selftest.CHECKS[profile]:
-        assert f"  {selftest.PASS}  " in out or check
+    assert f"selftest PASS: {len(selftest.CHECKS[profile])} passed, 0 failed, 0 warnings" in out, "a row per check, each PASS"
 
 
 def test_main_fails_loudly_on_a_non_efa_image(selftest: ModuleType, expected: dict[str, str], tmp_path: Path, capsys: Any) -> None:
@@ -563,7 +499,7 @@ def test_main_fails_loudly_on_a_non_efa_image(selftest: ModuleType, expected: di
     path.write_text(json.dumps({"profile": "serving", **expected}))
     system = good_image(selftest, expected)
     pypi_mooncake_without_efa(system, expected)
-    plugin_unselected(system, expected)
+    BROKEN["NCCL_NET_PLUGIN unset"][1](system, expected)
     code = selftest.main(["--expected", str(path)], system=system)
     out = capsys.readouterr().out
     assert code == 1
@@ -576,7 +512,7 @@ def test_main_json(selftest: ModuleType, expected: dict[str, str], tmp_path: Pat
     path = tmp_path / "expected.json"
     path.write_text(json.dumps({"profile": "serving", **expected}))
     system = good_image(selftest, expected)
-    other_sglang(system, expected)
+    BROKEN["SGLang other version"][1](system, expected)
     assert selftest.main(["--expected", str(path), "--json"], system=system) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False
@@ -609,19 +545,28 @@ def test_a_crashing_probe_is_a_failure(selftest: ModuleType, expected: dict[str,
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("image", "profile"), [("sglang-efa", "serving"), ("validation", "validation")])
-def test_record_from_each_images_build_args(image: str, profile: str, selftest: ModuleType, versions: ModuleType, tmp_path: Path) -> None:
-    """Each image's build args carry every value its self-test profile compares against."""
+@pytest.mark.parametrize(
+    ("image", "profile", "needed"),
+    [
+        ("sglang-efa", "serving", "SGLANG_VERSION"),
+        ("validation", "validation", "UCCL_COMMIT"),
+        ("sglang-deepep", "serving-deepep", "SGL_DEEP_EP_VERSION"),
+    ],
+)
+def test_record_from_each_images_build_args(
+    image: str, profile: str, needed: str, selftest: ModuleType, versions: ModuleType, tmp_path: Path
+) -> None:
+    """Each image's build args carry every value its self-test profile compares against (the serving-deepep stage
+    records the sgl-deep-ep version it installed); without one its profile needs, the record fails."""
     args = versions.build_args(versions.load(), image)
     recorded = selftest.record_expected(args, profile, tmp_path / "expected.json")
     written = json.loads((tmp_path / "expected.json").read_text())
     assert written == {"profile": profile, **recorded}
-    assert recorded.get("sglang", args.get("SGLANG_VERSION")) == args.get("SGLANG_VERSION")
-
-
-def test_record_refuses_missing_build_args(selftest: ModuleType, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="SGLANG_VERSION"):
-        selftest.record_expected({"TORCH_VERSION": "2.14.1"}, "serving", tmp_path / "expected.json")
+    assert recorded == {key: args[arg] for arg, key in selftest.EXPECTED_FROM_BUILD_ARGS.items() if arg in args}
+    if profile == "serving-deepep":
+        assert recorded["sgl_deep_ep"] == versions.load()["components"]["sgl_deep_ep"]["version"]
+    with pytest.raises(SystemExit, match=needed):
+        selftest.record_expected({k: v for k, v in args.items() if k != needed}, profile, tmp_path / "x.json")
 
 
 def test_selftest_reads_only_build_args_that_exist(selftest: ModuleType, versions: ModuleType) -> None:
@@ -676,7 +621,7 @@ def test_real_system_here_is_not_an_efa_image(selftest: ModuleType, expected: di
 def test_fake_copies_are_independent(selftest: ModuleType, expected: dict[str, str]) -> None:
     first = good_image(selftest, expected)
     second = copy.deepcopy(first)
-    plugin_unselected(second, expected)
+    BROKEN["NCCL_NET_PLUGIN unset"][1](second, expected)
     assert "NCCL_NET_PLUGIN" in first.env
 
 
@@ -722,12 +667,3 @@ def test_deepep_profile_fails_on_another_sgl_deep_ep(selftest: ModuleType, expec
     assert result.status == selftest.FAIL
     assert "0.1.1" in result.detail
     assert "_C" in result.detail
-
-
-def test_record_needs_the_sgl_deep_ep_pin_for_the_deepep_profile(selftest: ModuleType, versions: ModuleType, tmp_path: Path) -> None:
-    """The serving-deepep stage records the sgl-deep-ep version it installed; without that build arg the record fails."""
-    env = versions.build_args(versions.load(), "sglang-deepep")
-    recorded = selftest.record_expected(env, "serving-deepep", tmp_path / "expected.json")
-    assert recorded["sgl_deep_ep"] == versions.load()["components"]["sgl_deep_ep"]["version"]
-    with pytest.raises(SystemExit, match="SGL_DEEP_EP_VERSION"):
-        selftest.record_expected({k: v for k, v in env.items() if k != "SGL_DEEP_EP_VERSION"}, "serving-deepep", tmp_path / "x.json")

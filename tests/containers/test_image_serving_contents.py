@@ -20,28 +20,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from container_paths import REPO_ROOT
+from container_paths import REPO_ROOT, canonical
 
-from pdkit.model import plan as plan_mod
-from pdkit.model import profile_files
 from pdkit.model.plan import Plan
 from pdkit.render.serving import inputs, manifests, router_args
 
 Doc = dict[str, Any]
-CONFORMANCE_IN = REPO_ROOT / "conformance" / "requirements-sglang.in"
-CONFORMANCE_LOCK = REPO_ROOT / "conformance" / "requirements-sglang.txt"
 CONFORMANCE_VENV = REPO_ROOT / ".venv-sglang"
 STAGING_INIT_CONTAINER = "stage-weights"
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-@pytest.fixture(scope="module")
-def plan() -> Plan:
-    loaded, path = profile_files.load(None)
-    return plan_mod.build(loaded, profile_path=path)
 
 
 @pytest.fixture(scope="module")
@@ -59,33 +45,16 @@ def module_after_dash_m(command: list[str]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def conformance_pins(text: str, package: str) -> set[str]:
-    """Versions a requirements file pins for a package, as `pkg==X` or as the `# no-deps: pkg==X` note."""
-    pattern = rf"^(?:#\s*no-deps:\s*)?{re.escape(package)}==([^\s\\;]+)"
-    return set(re.findall(pattern, text, flags=re.MULTILINE | re.IGNORECASE))
-
-
-def test_router_pin_is_what_the_conformance_run_checks(doc: Doc) -> None:
-    """The smg that ships in the image is the smg whose parser `make conformance` runs the rendered command through."""
-    router = doc["components"]["router"]
-    assert conformance_pins(CONFORMANCE_IN.read_text(), router["package"]) == {router["version"]}, CONFORMANCE_IN
-    assert conformance_pins(CONFORMANCE_LOCK.read_text(), router["package"]) == {router["version"]}, CONFORMANCE_LOCK
-
-
-def test_conformance_pin_parser_can_fail() -> None:
-    assert conformance_pins("# no-deps: smg==1.12.0\n", "smg") == {"1.12.0"}
-    assert conformance_pins("smg==1.13.0 \\\n    --hash=sha256:00\n", "smg") == {"1.13.0"}
-    assert conformance_pins("sglang-router==0.3.2\n", "smg") == set()
-
-
 def test_router_deployment_runs_a_module_of_the_pinned_router(doc: Doc, plan: Plan) -> None:
-    """`python3 -m smg.launch_router`: the module is versions.yaml's and its top-level package is the pinned distribution's."""
+    """`python3 -m smg.launch_router`: the module is versions.yaml's and its top-level package is the pinned distribution's.
+    versions.yaml's router is router_args' pin, which tests/test_serving_conformance.py checks the conformance lock and
+    requirements-sglang.in hold: the smg in the image is the smg `make conformance` runs the command line through."""
     router = doc["components"]["router"]
     deployment = manifests.router_deployment(plan, inputs.from_plan(plan))
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     module = module_after_dash_m(container["command"])
     assert module == router["module"]
-    assert module.split(".")[0] == normalize(router["package"]).replace("-", "_")
+    assert module.split(".")[0] == canonical(router["package"]).replace("-", "_")
     assert (
         router["package"],
         router["version"],
@@ -105,7 +74,7 @@ def test_router_module_is_in_the_pinned_wheel(doc: Doc) -> None:
     router = doc["components"]["router"]
     (dist_info,) = CONFORMANCE_VENV.glob(f"lib/python*/site-packages/{router['package']}-*.dist-info")
     metadata = dict(line.split(": ", 1) for line in (dist_info / "METADATA").read_text().splitlines() if ": " in line)
-    assert (normalize(metadata["Name"]), metadata["Version"]) == (normalize(router["package"]), router["version"])
+    assert (canonical(metadata["Name"]), metadata["Version"]) == (canonical(router["package"]), router["version"])
     record = {line.split(",", 1)[0] for line in (dist_info / "RECORD").read_text().splitlines()}
     assert router["module"].replace(".", "/") + ".py" in record
 

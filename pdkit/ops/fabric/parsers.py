@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
@@ -56,6 +57,10 @@ class NcclRow:
     @property
     def busbw(self) -> float:
         return max(self.oop_busbw, self.ip_busbw)
+
+
+# One half of a row, out-of-place or in-place: time (us), algbw, busbw, #wrong (NcclRow's field order).
+_Half = tuple[float, float, float, int | None]
 
 
 @dataclass(frozen=True)
@@ -214,24 +219,15 @@ def parse_nccl_tests(text: str) -> NcclResult:
 def _nccl_row(f: list[str], layout: _Layout) -> NcclRow | None:
     if len(f) < layout.width or not f[0].isdigit() or not f[1].isdigit():
         return None
-    o, i = layout.oop, layout.ip
+
+    def half(at: int) -> _Half:
+        # Before v2.13 the column after busbw is `error`, the largest relative deviation (%5.0le), not a count.
+        return float(f[at]), float(f[at + 1]), float(f[at + 2]), None if layout.name == "pre-2.13" else _wrong(f[at + 3])
+
     try:
-        return NcclRow(
-            size=int(f[0]),
-            count=int(f[1]),
-            dtype=f[2],
-            redop=f[layout.redop] if layout.redop is not None else "-",
-            root=int(f[layout.root]) if layout.root is not None else -1,
-            oop_time_us=float(f[o]),
-            oop_algbw=float(f[o + 1]),
-            oop_busbw=float(f[o + 2]),
-            # Before v2.13 the column is `error`, the largest relative deviation (%5.0le), not a count.
-            oop_wrong=None if layout.name == "pre-2.13" else _wrong(f[o + 3]),
-            ip_time_us=float(f[i]),
-            ip_algbw=float(f[i + 1]),
-            ip_busbw=float(f[i + 2]),
-            ip_wrong=None if layout.name == "pre-2.13" else _wrong(f[i + 3]),
-        )
+        redop = f[layout.redop] if layout.redop is not None else "-"
+        root = int(f[layout.root]) if layout.root is not None else -1
+        return NcclRow(int(f[0]), int(f[1]), f[2], redop, root, *half(layout.oop), *half(layout.ip))
     except ValueError:
         return None
 
@@ -256,28 +252,22 @@ def parse_nccl_tests_json(text: str, log: NcclResult | None = None) -> NcclResul
             raise ValueError(f"not a number: {value!r}")
         return float(value)
 
+    def half(h: dict[str, Any]) -> _Half:
+        return (
+            num(h.get("time", h.get("cpu_time"))),
+            num(h["alg_bw"]),
+            num(h["bus_bw"]),
+            None if h.get("nwrong") is None else int(num(h["nwrong"])),
+        )
+
     rows = []
     for r in doc["results"]:
         oop, ip = r.get("out_of_place"), r.get("in_place")
         if not isinstance(oop, dict) or not isinstance(ip, dict):
             continue  # trace replay writes in-place only
-        rows.append(
-            NcclRow(
-                size=int(r["size"]),
-                count=int(r["count"]),
-                dtype=str(r.get("type", "")),
-                redop=str(r.get("redop", "")).strip(),
-                root=int(str(r.get("root", "-1")).strip() or -1),
-                oop_time_us=num(oop.get("time", oop.get("cpu_time"))),
-                oop_algbw=num(oop["alg_bw"]),
-                oop_busbw=num(oop["bus_bw"]),
-                oop_wrong=None if oop.get("nwrong") is None else int(num(oop["nwrong"])),
-                ip_time_us=num(ip.get("time", ip.get("cpu_time"))),
-                ip_algbw=num(ip["alg_bw"]),
-                ip_busbw=num(ip["bus_bw"]),
-                ip_wrong=None if ip.get("nwrong") is None else int(num(ip["nwrong"])),
-            )
-        )
+        size, count, dtype = int(r["size"]), int(r["count"]), str(r.get("type", ""))
+        redop, root = str(r.get("redop", "")).strip(), int(str(r.get("root", "-1")).strip() or -1)
+        rows.append(NcclRow(size, count, dtype, redop, root, *half(oop), *half(ip)))
     oob = doc.get("out_of_bounds")
     avg = doc.get("average_bus_bandwidth")
     args = doc.get("args")
@@ -312,10 +302,7 @@ class PingpongResult:
     errors: tuple[str, ...]
 
     def latency_us(self, size: int) -> float | None:
-        for row in self.rows:
-            if row.size == size:
-                return row.usec_per_xfer
-        return None
+        return next((row.usec_per_xfer for row in self.rows if row.size == size), None)
 
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -378,7 +365,7 @@ class UcclResult:
         values = [r.dispatch_combine_us for r in self.ranks if r.dispatch_combine_us is not None]
         if not values:
             values = [r.dispatch_us + r.combine_us for r in self.ranks if r.dispatch_us is not None and r.combine_us is not None]
-        return max(values) if values else None
+        return max(values, default=None)
 
     @property
     def combined_printed(self) -> bool:
@@ -386,13 +373,11 @@ class UcclResult:
 
     @property
     def worst_dispatch_us(self) -> float | None:
-        values = [r.dispatch_us for r in self.ranks if r.dispatch_us is not None]
-        return max(values) if values else None
+        return max((r.dispatch_us for r in self.ranks if r.dispatch_us is not None), default=None)
 
     @property
     def worst_combine_us(self) -> float | None:
-        values = [r.combine_us for r in self.ranks if r.combine_us is not None]
-        return max(values) if values else None
+        return max((r.combine_us for r in self.ranks if r.combine_us is not None), default=None)
 
 
 _UCCL_BOTH = re.compile(rf"\[rank (\d+)\] Dispatch \+ combine bandwidth: ({_NUM}) GB/s, avg_t=({_NUM}) us")

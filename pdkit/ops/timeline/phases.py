@@ -119,8 +119,8 @@ class Timeline:
         return (moment - self.origin).total_seconds() / 60
 
     def to_dict(self) -> dict[str, Any]:
-        def phases(s: Subject) -> list[dict[str, Any]]:
-            return [{"phase": p.name, "start": p.start, "end": p.end, "minutes": _round(p.minutes), "detail": p.detail} for p in s.phases]
+        def phases(chain: list[Phase]) -> list[dict[str, Any]]:
+            return [{"phase": p.name, "start": p.start, "end": p.end, "minutes": _round(p.minutes), "detail": p.detail} for p in chain]
 
         return {
             "deployment": self.deployment,
@@ -132,8 +132,8 @@ class Timeline:
                 "goal_met": self.goal_met,
                 "workers_not_registered": self.missing_workers,
             },
-            "nodes": [{"name": s.name, "role": s.role, "instance": s.where, "phases": phases(s)} for s in self.nodes],
-            "pods": [{"name": s.name, "role": s.role, "node": s.where, "phases": phases(s)} for s in self.pods],
+            "nodes": [{"name": s.name, "role": s.role, "instance": s.where, "phases": phases(s.phases)} for s in self.nodes],
+            "pods": [{"name": s.name, "role": s.role, "node": s.where, "phases": phases(s.phases)} for s in self.pods],
             "budget": [
                 {
                     "phase": b.phase,
@@ -144,10 +144,7 @@ class Timeline:
                 }
                 for b in self.budget
             ],
-            "critical_path": [
-                {"phase": p.name, "start": p.start, "end": p.end, "minutes": _round(p.minutes), "detail": p.detail}
-                for p in self.critical_path
-            ],
+            "critical_path": phases(self.critical_path),
             "captures": self.captures,
             "warnings": self.warnings,
         }
@@ -418,13 +415,11 @@ def _container_times(pod: dict[str, Any], container: str, *, init: bool) -> tupl
 
 
 def _first(marks: list[Mark], *kinds: str) -> datetime | None:
-    times = [m.at for m in marks if m.kind in kinds]
-    return min(times) if times else None
+    return min((m.at for m in marks if m.kind in kinds), default=None)
 
 
 def _last(marks: list[Mark], *kinds: str) -> datetime | None:
-    times = [m.at for m in marks if m.kind in kinds]
-    return max(times) if times else None
+    return max((m.at for m in marks if m.kind in kinds), default=None)
 
 
 def _origin(bundle: Bundle, nodes: list[Subject]) -> tuple[datetime | None, str]:

@@ -57,9 +57,12 @@ class Alarm:
     queries: tuple[Query, ...]
     comparison: Literal["GreaterThanThreshold", "GreaterThanOrEqualToThreshold", "LessThanThreshold", "LessThanOrEqualToThreshold"]
     threshold: float
-    evaluation_periods: int
-    datapoints_to_alarm: int
+    evaluation_periods: int  # all of them breaching: datapoints_to_alarm is the same number
     period: int = 60
+
+    @property
+    def datapoints_to_alarm(self) -> int:
+        return self.evaluation_periods
 
     @property
     def description(self) -> str:
@@ -89,9 +92,9 @@ def _per_node(metric: str, fn: str, plan: Plan) -> Query:
     return Query("nodes", expression=sql)
 
 
-def _block(plan: Plan, ident: str, metric: str) -> Query:
+def _block(plan: Plan, ident: str, metric: str, *, return_data: bool = False) -> Query:
     dims = (("CapacityReservationId", plan.reservation_id), ("ClusterName", plan.cluster_name))
-    return Query(ident, namespace=c.BLOCK_NAMESPACE, metric=metric, dimensions=dims, stat="Minimum", return_data=False)
+    return Query(ident, namespace=c.BLOCK_NAMESPACE, metric=metric, dimensions=dims, stat="Minimum", return_data=return_data)
 
 
 def _figure(plan: Plan, ident: str, metric: str, role: str | None, stat: str, *, return_data: bool = True) -> Query:
@@ -113,7 +116,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             "LessThanThreshold",
             1,
             3,
-            3,
         ),
         Alarm(
             "gpus-missing",
@@ -124,7 +126,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             (_per_node("node_gpu_limit", "MIN", plan),),
             "LessThanThreshold",
             plan.instance.gpus,
-            3,
             3,
         ),
         Alarm(
@@ -137,7 +138,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             "LessThanThreshold",
             plan.efa_devices_per_node,
             3,
-            3,
         ),
         Alarm(
             "efa-drops",
@@ -148,7 +148,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             (_per_node("node_efa_rx_dropped", "SUM", plan),),
             "GreaterThanThreshold",
             0,
-            3,
             3,
             period=300,
         ),
@@ -169,7 +168,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             "GreaterThanThreshold",
             ROUTER_ERROR_RATIO,
             3,
-            3,
         ),
         Alarm(
             "tpot-p99",
@@ -181,7 +179,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             "GreaterThanThreshold",
             p.tpot_p99_ms,
             5,
-            5,
         ),
         Alarm(
             "ttft-p99",
@@ -192,7 +189,6 @@ def alarms(plan: Plan) -> list[Alarm]:
             (_figure(plan, "ttft", "TtftP99Ms", "decode", "Average"),),
             "GreaterThanThreshold",
             p.ttft_p99_ms,
-            5,
             5,
         ),
     ]
@@ -213,7 +209,6 @@ def alarms(plan: Plan) -> list[Alarm]:
                 "LessThanThreshold",
                 p.expert_balancedness_min,
                 EXPERT_IMBALANCE_MINUTES,
-                EXPERT_IMBALANCE_MINUTES,
             )
         )
     for purpose, what in functions(plan):
@@ -229,7 +224,6 @@ def alarms(plan: Plan) -> list[Alarm]:
                 "GreaterThanThreshold",
                 0,
                 5,
-                5,
             )
         )
     return out
@@ -242,18 +236,9 @@ def _block_ending(plan: Plan) -> Alarm:
         "capacity",
         f"The Capacity Block ends in {plan.drain_lead_minutes} minutes or less: GPU node groups are draining to 0.",
         "Save benchmark results and logs now; extend the block if you need more time (`pdkit capacity extend`).",
-        (
-            Query(
-                "left",
-                namespace=c.BLOCK_NAMESPACE,
-                metric=c.BLOCK_MINUTES_LEFT,
-                dimensions=(("CapacityReservationId", plan.reservation_id), ("ClusterName", plan.cluster_name)),
-                stat="Minimum",
-            ),
-        ),
+        (_block(plan, "left", c.BLOCK_MINUTES_LEFT, return_data=True),),
         "LessThanOrEqualToThreshold",
         plan.drain_lead_minutes,
-        1,
         1,
     )
 
@@ -272,7 +257,6 @@ def _no_healthy(plan: Plan, role: str, grace: int) -> Alarm:
             "LessThanThreshold",
             1,
             grace,
-            grace,
         )
     return Alarm(
         f"no-healthy-{role}",
@@ -288,6 +272,5 @@ def _no_healthy(plan: Plan, role: str, grace: int) -> Alarm:
         ),
         "GreaterThanOrEqualToThreshold",
         1,
-        3,
         3,
     )
