@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,3 +155,29 @@ def raw_with() -> Callable[..., dict[str, Any]]:
         return raw
 
     return change
+
+
+# The fixtures that synthesize a whole CDK app (see pytest_collection_modifyitems).
+SYNTHESIZING = {"kit", "rehearsal_kit", "bought", "custom_kit"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `make mutation` a mutant is judged by its own module's killers only (MODULES in
+    tests/mutation/score.py), not by whatever else in the selection reaches it: stricter, and the slow
+    tests of other modules (real botocore timeouts, CLI runs) no longer run for every plan mutant."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if "__mutmut_" not in mutant:
+        return
+    spec = importlib.util.spec_from_file_location("mutation_score", Path(__file__).parent / "mutation" / "score.py")
+    assert spec
+    assert spec.loader
+    score = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(score)
+    killers = [Path(f).name for f in score.MODULES[score.module_of(mutant)]]
+    # Tests that synthesize an app are no killers: mutmut forks every mutant's run from one process, whose
+    # jsii node process (started when aws_cdk is imported) the children then share, and two children
+    # talking to it at once garble its answers ("'dict' object has no attribute 'ref'"): a false kill.
+    judged = [item for item in items if item.path.name in killers and not SYNTHESIZING & set(getattr(item, "fixturenames", ()))]
+    config.hook.pytest_deselected(items=[item for item in items if item not in judged])
+    # In the order MODULES lists them (the fine-grained files first): with -x a killed mutant stops at the first failure.
+    items[:] = sorted(judged, key=lambda item: killers.index(item.path.name))
