@@ -727,3 +727,28 @@ def test_a_custom_node_image_root_volume_is_initialized_at_the_provisioned_rate(
     300 MiB/s from the start (EBS volume initialization rate, 100-300 MiB/s) on a gp3 of 300 MiB/s."""
     root = build(raw_with("ami.source", "custom")).gpu_root_volume
     assert (root.size_gib, root.throughput_mibps, root.initialization_mibps) == (200, 300, 300)
+
+
+def test_the_plan_decides_what_the_renderers_read_from_a_non_default_profile(raw_with):
+    """The fields the renderers, stacks and ops read instead of the profile (issue 20): each from a non-default
+    value, so a field dropped on the way into the plan (left at None) or a sizing rule turned around fails here,
+    not in a template someone re-records. The GPU pod's share is 3/4 of p5en's 192 vCPUs and 2,048 GiB, and its
+    /dev/shm 1/8 of the memory (EC2 accelerated-computing instance table)."""
+    secret = "arn:aws:secretsmanager:eu-south-2:123456789012:secret:hf-token-AbC123"
+    raw = raw_with(
+        "serving.host_network", True, "serving.pod_security", "privileged",
+        "images.source", "external", "images.registry", "registry.example.com/glm",
+        "cluster.log_retention_days", 731, "capacity.duration_hours", 72, "capacity.minimum_serving_hours", 6,
+        "observability.alarm_email", "oncall@example.com", "observability.tpot_p99_ms", 55,
+        "observability.ttft_p99_ms", 8000, "observability.expert_balancedness_min", 0.5,
+        "bench.concurrency", [2, 8], "serving.router.replicas", 3,
+        "model.revision", "0123abc", "model.hf_token_secret_arn", secret,
+    )  # fmt: skip
+    p = plan.build(profile_files.parse(raw, source="alt.yaml"), profile_path="config/alt.yaml")
+    assert (p.host_network, p.image_source, p.versions_file) == (True, "external", "containers/versions.yaml")
+    assert (p.log_retention_days, p.block_duration_hours, p.minimum_serving_hours) == (731, 72, 6)
+    assert p.alarms == plan.Alarms("oncall@example.com", 55, 8000, 0.5)
+    assert p.bench.concurrency == (2, 8)
+    assert p.router.replicas == 3
+    assert (p.weights.revision, p.weights.hf_token_secret_arn) == ("0123abc", secret)
+    assert p.gpu_pod == plan.GpuPod(cpu=144, memory_mib=1_572_864, shm_mib=262_144)
