@@ -25,6 +25,7 @@ import botocore.auth
 import pytest
 from botocore.stub import ANY, Stubber
 
+from pdkit import deployment
 from pdkit.functions import block_lifecycle, kube_api
 from pdkit.model import placement
 from pdkit.model.placement import PLACED_ROLE_LABEL
@@ -39,8 +40,10 @@ RID = "cr-0123456789abcdef0"
 
 
 @pytest.fixture(scope="module")
-def the_plan(kit):
-    return kit.plan
+def the_plan():
+    """The plan the kit synthesizes from (conftest's synth: deployment.load), without synthesizing: these tests
+    are the drain's mutation killers, and under mutmut a test that synthesizes is no killer (tests/conftest.py)."""
+    return deployment.load(None)
 
 
 # --- a fake API server behind the opener ----------------------------------------------------------
@@ -1063,3 +1066,14 @@ def test_the_function_builds_its_ec2_eks_and_sns_clients_from_the_lambda_environ
     monkeypatch.setattr(boto3, "client", lambda *a, **kw: made.append((a, kw)) or f"client:{a[0]}")
     assert block_lifecycle._clients() == {"ec2": "client:ec2", "eks": "client:eks", "sns": "client:sns"}
     assert made == [(("ec2",), {}), (("eks",), {}), (("sns",), {})]
+
+
+def test_the_lifecycle_environment_is_canonical_json(the_plan):
+    """The SERVING variable is part of the capacity template: sorted keys keep it byte-identical from one synth
+    to the next, so a deploy that changes nothing does not update the function."""
+    env = drain.drain_plan(the_plan).lifecycle_environment()
+    assert env["SERVING"] == json.dumps(json.loads(env["SERVING"]), sort_keys=True)
+
+
+def test_the_drain_knows_each_roles_node_group(the_plan):
+    assert drain.drain_plan(the_plan).node_groups == ("glm51-2p2d-prefill", "glm51-2p2d-decode")

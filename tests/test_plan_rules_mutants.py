@@ -734,7 +734,7 @@ def test_the_plan_decides_what_the_renderers_read_from_a_non_default_profile(raw
     value, so a field dropped on the way into the plan (left at None) or a sizing rule turned around fails here,
     not in a template someone re-records. The GPU pod's share is 3/4 of p5en's 192 vCPUs and 2,048 GiB, and its
     /dev/shm 1/8 of the memory (EC2 accelerated-computing instance table)."""
-    secret = "arn:aws:secretsmanager:eu-south-2:123456789012:secret:hf-token-AbC123"
+    token_arn = "arn:aws:secretsmanager:eu-south-2:123456789012:secret:hf-token-AbC123"  # noqa: S105 - an ARN, not a secret
     raw = raw_with(
         "serving.host_network", True, "serving.pod_security", "privileged",
         "images.source", "external", "images.registry", "registry.example.com/glm",
@@ -742,7 +742,7 @@ def test_the_plan_decides_what_the_renderers_read_from_a_non_default_profile(raw
         "observability.alarm_email", "oncall@example.com", "observability.tpot_p99_ms", 55,
         "observability.ttft_p99_ms", 8000, "observability.expert_balancedness_min", 0.5,
         "bench.concurrency", [2, 8], "serving.router.replicas", 3,
-        "model.revision", "0123abc", "model.hf_token_secret_arn", secret,
+        "model.revision", "0123abc", "model.hf_token_secret_arn", token_arn,
     )  # fmt: skip
     p = plan.build(profile_files.parse(raw, source="alt.yaml"), profile_path="config/alt.yaml")
     assert (p.host_network, p.image_source, p.versions_file) == (True, "external", "containers/versions.yaml")
@@ -750,5 +750,5 @@ def test_the_plan_decides_what_the_renderers_read_from_a_non_default_profile(raw
     assert p.alarms == plan.Alarms("oncall@example.com", 55, 8000, 0.5)
     assert p.bench.concurrency == (2, 8)
     assert p.router.replicas == 3
-    assert (p.weights.revision, p.weights.hf_token_secret_arn) == ("0123abc", secret)
+    assert (p.weights.revision, p.weights.hf_token_secret_arn) == ("0123abc", token_arn)
     assert p.gpu_pod == plan.GpuPod(cpu=144, memory_mib=1_572_864, shm_mib=262_144)

@@ -20,7 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 MODULES: dict[str, list[str]] = {
     "pdkit.ops.purchase": ["tests/test_purchase_once.py", "tests/test_capacity_purchase.py"],
     "pdkit.model.reservation": ["tests/test_reservation_rules.py", "tests/test_guard_rollback.py"],
-    "pdkit.functions.reservation_guard": ["tests/test_guard_protocol.py", "tests/test_guard_rollback.py"],
+    "pdkit.functions.reservation_guard": [
+        "tests/test_guard_protocol.py",
+        "tests/test_guard_propagation.py",
+        "tests/test_guard_rollback.py",
+    ],
     "pdkit.functions.block_clock": ["tests/test_block_clock.py", "tests/test_observability_functions.py"],
     "pdkit.model.profile_files": [
         "tests/test_profile_errors.py",
