@@ -6,6 +6,7 @@ the fast, offline half (the flag-set check against the pinned --help texts is th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -403,3 +404,76 @@ def test_router_wait_covers_start_up_and_at_least_the_staging_grace(seed):
     assert waited >= (budget + router_args.STAGING_GRACE_MINUTES) * 60
     assert waited >= (budget + staging) * 60
     assert waited < (budget + staging + router_args.STAGING_GRACE_MINUTES) * 60, "the grace is a floor, not added on top"
+
+
+def test_router_wait_is_the_budget_in_whole_seconds(seed):
+    """smg 1.13.0 takes `--worker-startup-timeout-secs` in seconds (conformance/help/smg-1.13.0-launch_router.txt)
+    and the plan's estimates are minutes: the wait is exactly those minutes times 60, no more (a longer wait only
+    delays the moment the router reports workers that never came up) and no less (it gives up on pods still
+    staging). The seed stages in less than the grace floor, so the floor is what it waits for."""
+    est = seed.estimates
+    assert est.staging_minutes < router_args.STAGING_GRACE_MINUTES
+    waited = int(flag(router_args.router_argv(seed), "--worker-startup-timeout-secs"))
+    assert waited == (est.startup_budget_minutes + router_args.STAGING_GRACE_MINUTES) * 60
+
+
+# --- the server's entry point, bind address and ports (mutation testing, issue 19) ---------------------------
+
+SERVER_HEAD = ["python3", "-m", "sglang.launch_server"]
+
+
+def _head_ok(argv):
+    """The command starts with SGLang's entry point and keeps the model flags every rendering has."""
+    return argv[:4] == [*SERVER_HEAD, "--model-path"] and argv[4].startswith(f"{sglang_args.WEIGHTS_ROOT}/")
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_server_is_sglang_launch_server_on_cuda_bound_to_the_pod_ip(role):
+    """The container command is SGLang's own server module (`python3 -m sglang.launch_server`, SGLang 0.5.23
+    docs and sglang/launch_server.py), on the GPUs (`--device cuda`), bound to 0.0.0.0 so the Service, the router
+    and the scraper reach it at the pod IP; `--port` and `--disaggregation-bootstrap-port` are the containerPorts
+    manifests.py declares (http SGLANG_PORT, bootstrap BOOTSTRAP_PORT) and the bootstrap port the router hands to
+    decode with every request (names.BOOTSTRAP_PORT_ANNOTATION). A different port in argv than in the pod spec
+    leaves the Service and the router knocking on a closed port."""
+    plan = load(None)
+    argv = launch_argv(plan, role)
+    assert argv[:3] == SERVER_HEAD
+    assert flag(argv, "--device") == "cuda"
+    assert flag(argv, "--host") == "0.0.0.0"  # noqa: S104 - asserting the bind address
+    assert flag(argv, "--port") == "30000" == str(sglang_args.SGLANG_PORT)
+    assert flag(argv, "--disaggregation-bootstrap-port") == "8998" == str(sglang_args.BOOTSTRAP_PORT)
+    assert flag(argv, "--served-model-name") == plan.served_model_name
+
+
+def test_model_dir_is_one_flat_directory_per_model_under_the_weights_volume():
+    """Staging (`--dest`, manifests.py) and the server (`--model-path`) use this directory: one flat directory per
+    model under WEIGHTS_ROOT, named `org--name` the way conformance/models/ and Hugging Face's hub cache
+    (`models--org--name`) spell a repo id, so each model's checkpoint sits in its own directory of the weights volume
+    and the path the rendered manifests show is the one an operator finds on the node."""
+    plan = load(None)
+    assert plan.model.id == "zai-org/GLM-5.1-FP8"
+    assert sglang_args.model_dir(plan) == "/models/zai-org--GLM-5.1-FP8"
+
+
+def test_optional_flags_are_appended_to_the_command_not_replacing_it(raw_with):
+    """Every optional flag (MTP, two-batch overlap, the graph cap) is added to the server command; the command
+    still starts with SGLang's entry point and the model, else the container runs a bare flag list."""
+    tuned = load("glm51-fp8-2p2d-tuned")
+    assert _head_ok(launch_argv(tuned, "decode"))
+    assert _head_ok(launch_argv(build(raw_with("roles.decode.two_batch_overlap", True)), "decode"))
+    assert _head_ok(launch_argv(build(raw_with("roles.prefill.cuda_graph_max_bs", 16)), "prefill"))
+
+
+def test_parallel_flags_appear_from_a_degree_of_two():
+    """A degree of 2 is parallel already: `--attn-cp-size 2` (with prefill CP on), `--attn-dp-size 2` and
+    `--ep-size 2` must be rendered, else SGLang runs that role with its defaults of 1 (server_args.py) and the
+    layout the plan paid for is not the one that runs. The RolePlan is the seed's with one degree changed."""
+    seed_plan = load(None)
+    base = dataclasses.replace(seed_plan.prefill, attn_cp=1, attn_dp=1, ep=1, moe_a2a_backend="none")
+    assert not {"--attn-cp-size", "--attn-dp-size", "--ep-size"} & set(sglang_args.parallelism_flags(base))
+    cp2 = sglang_args.parallelism_flags(dataclasses.replace(base, attn_cp=2))
+    assert contains(cp2, "--attn-cp-size", "2", "--enable-prefill-cp", "--cp-strategy", "interleave")
+    dp2 = sglang_args.parallelism_flags(dataclasses.replace(base, attn_dp=2))
+    assert contains(dp2, "--attn-dp-size", "2")
+    ep2 = sglang_args.parallelism_flags(dataclasses.replace(base, ep=2))
+    assert contains(ep2, "--ep-size", "2")
