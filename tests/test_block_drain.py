@@ -211,6 +211,9 @@ class FakeClock:
         return self.now
 
     def sleep(self, seconds):
+        # A wait that sleeps 0 s, or far past any deadline, would spin until Lambda's timeout: fail it instead.
+        assert 0 < seconds <= block_lifecycle.POLL_SECONDS, seconds
+        assert len(self.sleeps) < 1000, "never reached the deadline"
         self.sleeps.append(seconds)
         self.now += seconds
 
@@ -526,8 +529,11 @@ def test_late_nodes_get_a_bounded_wait_then_serving_anyway_with_a_notice(env, th
     assert "topology" not in [e[0] for e in log]
     assert kube.replicas == drain.drain_plan(the_plan).roles
     (message,) = aws.messages
-    assert "Only 3 of 4 planned GPU nodes joined within 720 s" in message
-    assert "pdkit topology --assign" in message
+    assert (
+        "Only 3 of 4 planned GPU nodes joined within 720 s: serving is restored without placement (each pod prefers "
+        "its node group's role). Once every node has joined: pdkit topology --assign (pods already running keep their "
+        "nodes until they restart)."
+    ) in message
     assert "Serving restored" in message
 
 
@@ -555,6 +561,11 @@ def test_a_refused_topology_call_still_restores_serving(env, the_plan):
     assert kube.placed() == {}
     assert "Placement NOT applied" in aws.messages[0]
     assert "UnauthorizedOperation" in aws.messages[0]
+    # What the operator runs once the permission is there.
+    assert (
+        "Serving is restored without it (each pod prefers its node group's role); label the nodes with pdkit topology --assign."
+        in aws.messages[0]
+    )
 
 
 def test_without_the_node_cluster_role_placement_fails_and_serving_is_restored(env, the_plan):
@@ -1077,3 +1088,226 @@ def test_the_lifecycle_environment_is_canonical_json(the_plan):
 
 def test_the_drain_knows_each_roles_node_group(the_plan):
     assert drain.drain_plan(the_plan).node_groups == ("glm51-2p2d-prefill", "glm51-2p2d-decode")
+
+
+# --- survivors of the block_lifecycle mutation run (issue 19) -------------------------------------------
+
+
+def test_without_an_injected_api_the_handler_connects_from_the_lambda_environment(env, the_plan, monkeypatch):
+    """In Lambda nothing is injected: the handler builds its Kubernetes client from the function's own environment
+    (CLUSTER_ENDPOINT, CLUSTER_CA... set by the capacity stack), so the default connector must read os.environ."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, pods_linger=0), Aws(log)
+    seen: list = []
+    monkeypatch.setattr(kube_api, "from_env", lambda environ: seen.append(environ) or kube.connect())
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    for stub in aws.stubs.values():
+        stub.activate()
+    clients = {"ec2": aws.ec2, "eks": aws.eks, "sns": aws.sns}
+    clock = FakeClock()
+    result = block_lifecycle.handler(EXPIRING, None, clients=clients, now=NOW, clock=clock, sleep=clock.sleep)
+    assert result == {"action": "scale-down", "serving": "drained"}
+    ds = names.disaggregated_set(the_plan)
+    assert f"Serving scaled to 0 ({ds} prefill, {ds} decode) and its pods are gone." in aws.messages[0]
+    assert seen
+    assert all(environ is block_lifecycle.os.environ for environ in seen)
+
+
+def test_the_expiration_warnings_wait_fits_in_what_is_left_of_the_invocation(env, the_plan):
+    """EC2 sends the warning at T-40 (EC2 User Guide, Capacity Blocks: EventBridge events); Lambda stops the
+    function at its timeout, so the pod wait of this path is bounded by what the invocation has left too,
+    keeping RESERVE_SECONDS for the node group calls that free the instances."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log, pods_linger=None), Aws(log), FakeClock()
+    start = clock.now
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    assert aws.run(EXPIRING, kube, clock, context=Context(remaining_ms=300_500)) == {"action": "scale-down", "serving": "timeout"}
+    # To the deadline itself, the last poll included (0.5 s), not a second short of it.
+    assert clock.now - start == pytest.approx(300.5 - block_lifecycle.RESERVE_SECONDS)
+    ds = names.disaggregated_set(the_plan)
+    assert f"Serving scaled to 0 ({ds} prefill, {ds} decode) but 4 pod(s) of {ds} were still there after 210 s" in aws.messages[0]
+
+
+def test_without_an_injected_time_the_clock_compares_in_utc(env, the_plan):
+    """EC2 returns EndDate as an aware UTC timestamp (botocore parses ISO 8601 with its zone): the handler's own
+    `now` must be aware UTC too, or the T-60 comparison raises instead of draining."""
+    log: list = []
+    kube, aws = FakeKube(the_plan, log, pods_linger=0), Aws(log)
+    end = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30)
+    aws.stubs["ec2"].add_response(
+        "describe_capacity_reservations",
+        {"CapacityReservations": [{"CapacityReservationId": RID, "State": "active", "EndDate": end}]},
+        {"CapacityReservationIds": [RID]},
+    )
+    aws.nodegroups(current=2, target=0)
+    aws.notified()
+    for stub in aws.stubs.values():
+        stub.activate()
+    clients = {"ec2": aws.ec2, "eks": aws.eks, "sns": aws.sns}
+    clock = FakeClock()
+    result = block_lifecycle.handler(TICK, None, clients=clients, kube=kube.connect, clock=clock, sleep=clock.sleep)
+    assert result == {"action": "drain", "serving": "drained"}
+
+
+@pytest.mark.parametrize(
+    ("wait", "remaining_ms", "bounded"),
+    [(600.0, 300_000, 210.0), (100.0, 300_000, 100.0), (600.0, 60_000, 0.0), (600.0, None, 600.0)],
+)
+def test_a_wait_is_what_the_invocation_has_left_minus_the_reserve(wait, remaining_ms, bounded):
+    """Lambda's context reports milliseconds left before the timeout (Lambda developer guide, Python context object:
+    get_remaining_time_in_millis); the wait keeps RESERVE_SECONDS of them for the node group calls and is never
+    negative, so an invocation already short of time goes straight to the node groups."""
+    context = None if remaining_ms is None else Context(remaining_ms)
+    assert block_lifecycle._bounded(wait, context) == bounded
+
+
+def test_a_node_group_without_a_desired_size_counts_as_zero():
+    """EKS's NodegroupScalingConfig has every field optional (botocore eks model, DescribeNodegroup): a group
+    reported without desiredSize has no nodes to drain and must not break the handler."""
+    eks = _client("eks")
+    stub = Stubber(eks)
+    stub.add_response("describe_nodegroup", {"nodegroup": {"scalingConfig": {}}}, {"clusterName": CLUSTER, "nodegroupName": "g"})
+    with stub:
+        assert block_lifecycle._desired(eks, CLUSTER, "g") == 0
+
+
+def test_a_one_node_group_keeps_its_maximum_at_one_and_reports_no_change_when_converged():
+    """A node group's maxSize is the plan's size (at least 1: EKS refuses maxSize 0, UpdateNodegroupConfig API
+    reference), never more than the Capacity Block reserved; a group already at its target is not updated and
+    the call reports False, so no notification goes out."""
+    eks = _client("eks")
+    stub = Stubber(eks)
+    stub.add_response(
+        "update_nodegroup_config",
+        {"update": {"id": "u"}},
+        {"clusterName": CLUSTER, "nodegroupName": "g", "scalingConfig": {"minSize": 0, "maxSize": 1, "desiredSize": 1}},
+    )
+    with stub:
+        assert block_lifecycle._apply(eks, CLUSTER, {"g": 1}, {"g": 0}, up=True) is True
+        assert block_lifecycle._apply(eks, CLUSTER, {"g": 1}, {"g": 1}, up=True) is False
+    stub.assert_no_pending_responses()
+
+
+def test_the_notification_has_the_lifecycle_subject_and_lists_every_groups_size(monkeypatch):
+    """SNS uses Subject as the e-mail subject line (SNS Publish API reference), the one operators filter on."""
+    monkeypatch.setenv("TOPIC_ARN", "arn:aws:sns:eu-south-2:123456789012:t")
+    sns = _client("sns")
+    stub = Stubber(sns)
+    stub.add_response(
+        "publish",
+        {"MessageId": "m"},
+        {"TopicArn": "arn:aws:sns:eu-south-2:123456789012:t", "Subject": "Capacity Block lifecycle", "Message": "hello"},
+    )
+    with stub:
+        block_lifecycle._notify(sns, "hello")
+    stub.assert_no_pending_responses()
+    assert block_lifecycle._sizes({"a": 2, "b": 1}) == "a to 2, b to 1"
+
+
+def test_a_topology_page_without_instances_places_nothing():
+    """EC2's query protocol leaves an empty list out of the answer (botocore parses no Instances key), so a page
+    without instances is an instance EC2 does not report yet, not an error."""
+    ec2 = _client("ec2")
+    stub = Stubber(ec2)
+    stub.add_response("describe_instance_topology", {}, {"InstanceIds": ["i-0d1"]})
+    with stub:
+        assert block_lifecycle._topology(ec2, ["i-0d1"]) == {}
+
+
+def test_placement_waits_for_topology_to_the_deadline_then_places_with_what_there_is(env, the_plan):
+    """EC2 may never report one instance's topology within the wait (DescribeInstanceTopology: eventual
+    consistency); the function asks until the deadline itself (polls of at most POLL_SECONDS, the last one
+    shorter) and then places with what there is rather than not at all."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log), Aws(log), FakeClock()
+    start = clock.now
+    kube.set_replicas(0)
+    _joined(kube)
+    aws.nodegroups(current=0, target=2)
+    for _ in range(23):  # at 0, 10, ..., 210 s and at the deadline, 210.5 s
+        aws.topology(PATHS, reported={"i-0d1", "i-0d2", "i-0p1"})
+    aws.notified()
+    assert aws.run(DELIVERED, kube, clock, context=Context(remaining_ms=300_500))["placement"] == "placed"
+    assert clock.now - start == pytest.approx(300.5 - block_lifecycle.RESERVE_SECONDS)
+    assert [e[0] for e in log].count("topology") == 23
+    assert len(kube.placed()) == 4
+
+
+def test_the_join_wait_runs_to_its_deadline_not_a_second_short(env, the_plan):
+    """A late node gets the whole bounded wait, the last short poll included, before serving comes back unplaced."""
+    log: list = []
+    kube, aws, clock = FakeKube(the_plan, log), Aws(log), FakeClock()
+    start = clock.now
+    aws.nodegroups(current=0, target=2)
+    aws.notified()
+    assert aws.run(DELIVERED, kube, clock, context=Context(remaining_ms=300_500))["placement"] == "late"
+    assert clock.now - start == pytest.approx(300.5 - block_lifecycle.RESERVE_SECONDS)
+    assert clock.sleeps[-1] == pytest.approx(0.5)
+
+
+class _Nodes:
+    """Just the two calls `place` makes: list the GPU nodes, label one."""
+
+    def __init__(self, nodes):
+        self._nodes = nodes
+        self.labels: dict[str, str] = {}
+
+    def nodes(self, selector):
+        return self._nodes
+
+    def label_node(self, name, labels):
+        self.labels[name] = labels[PLACED_ROLE_LABEL]
+
+
+def test_with_every_instance_equally_close_decode_keeps_its_node_groups_instances():
+    """placement.choose breaks ties by the fewest moves: the role each node's group gave it must reach it (the
+    node-group role label, as EKS sets it from the node group's labels), or a tie moves every pod for nothing.
+    Instances spread over different bottom network nodes are placed with a warning, and the message ends there."""
+    nodes = [
+        {"name": f"ip-{i}", "instance_id": i, "labels": {ROLE_LABEL: role}}
+        for i, role in (("i-0a1", "prefill"), ("i-0a2", "prefill"), ("i-0b1", "decode"), ("i-0b2", "decode"))
+    ]
+    api = _Nodes(nodes)
+    ec2 = _client("ec2")
+    stub = Stubber(ec2)
+    paths = {n["instance_id"]: ("nn-top", f"nn-mid-{n['instance_id']}", f"nn-bottom-{n['instance_id']}") for n in nodes}
+    stub.add_response(
+        "describe_instance_topology",
+        {"Instances": [{"InstanceId": i, "NetworkNodes": list(p)} for i, p in paths.items()]},
+        {"InstanceIds": list(paths)},
+    )
+    spec = {"role_label": ROLE_LABEL, "nodes": {"prefill": 2, "decode": 2}}
+    clock = FakeClock()
+    with stub:
+        outcome, message = block_lifecycle.place(ec2, lambda: api, spec, 60.0, clock, clock.sleep)
+    assert outcome == "placed"
+    assert api.labels == {"ip-i-0a1": "prefill", "ip-i-0a2": "prefill", "ip-i-0b1": "decode", "ip-i-0b2": "decode"}
+    assert message.startswith("Placement from the instance topology: prefill on i-0a1, i-0a2; decode on i-0b1, i-0b2 ")
+    assert message.endswith("every pod still schedules (the role is only preferred).")
+    assert "None" not in message
+
+
+def test_a_plan_with_more_decode_than_prefill_nodes_is_placed_as_soon_as_every_role_has_joined():
+    """Joined means each role's node group has its count of nodes with that role label: with 1 prefill and 2 decode
+    nodes planned, the three nodes complete the block at the first listing and are placed without a wait."""
+    nodes = [
+        {"name": f"ip-{i}", "instance_id": i, "labels": {ROLE_LABEL: role}}
+        for i, role in (("i-0a1", "prefill"), ("i-0b1", "decode"), ("i-0b2", "decode"))
+    ]
+    api = _Nodes(nodes)
+    ec2 = _client("ec2")
+    stub = Stubber(ec2)
+    stub.add_response(
+        "describe_instance_topology",
+        {"Instances": [{"InstanceId": n["instance_id"], "NetworkNodes": ["nn-top", "nn-mid", "nn-bottom"]} for n in nodes]},
+        {"InstanceIds": [n["instance_id"] for n in nodes]},
+    )
+    spec = {"role_label": ROLE_LABEL, "nodes": {"prefill": 1, "decode": 2}}
+    clock = FakeClock()
+    with stub:
+        outcome, _ = block_lifecycle.place(ec2, lambda: api, spec, 60.0, clock, clock.sleep)
+    assert outcome == "placed"
+    assert clock.sleeps == []
+    assert api.labels == {"ip-i-0a1": "prefill", "ip-i-0b1": "decode", "ip-i-0b2": "decode"}
