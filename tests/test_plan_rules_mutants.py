@@ -743,6 +743,8 @@ def test_the_plan_decides_what_the_renderers_read_from_a_non_default_profile(raw
         "observability.ttft_p99_ms", 8000, "observability.expert_balancedness_min", 0.5,
         "bench.concurrency", [2, 8], "serving.router.replicas", 3,
         "model.revision", "0123abc", "model.hf_token_secret_arn", token_arn,
+        "cluster.endpoint_access", "public_and_private", "cluster.public_access_cidrs", ["198.51.100.0/24"],
+        "cluster.admin_principal_arns", ["arn:aws:iam::123456789012:role/ops"],
     )  # fmt: skip
     p = plan.build(profile_files.parse(raw, source="alt.yaml"), profile_path="config/alt.yaml")
     assert (p.host_network, p.image_source, p.versions_file) == (True, "external", "containers/versions.yaml")
@@ -752,3 +754,5 @@ def test_the_plan_decides_what_the_renderers_read_from_a_non_default_profile(raw
     assert p.router.replicas == 3
     assert (p.weights.revision, p.weights.hf_token_secret_arn) == ("0123abc", token_arn)
     assert p.gpu_pod == plan.GpuPod(cpu=144, memory_mib=1_572_864, shm_mib=262_144)
+    assert p.cluster_access == plan.ClusterAccess("public_and_private", ("198.51.100.0/24",), ("arn:aws:iam::123456789012:role/ops",))
+    assert (p.kv_transfer, p.runs_mooncake) == ("mooncake", True)
