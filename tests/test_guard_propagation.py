@@ -80,8 +80,11 @@ def test_a_bought_block_that_never_shows_up_is_refused_after_the_bound():
     answer, slept = _run(BOUGHT, [NOT_FOUND] * (len(reservation_guard.PROPAGATION_WAITS) + 1))
     assert answer["success"] is False
     assert slept == list(reservation_guard.PROPAGATION_WAITS)
-    assert f"reservation {RID}, bought by this stack's purchase resource, is still unknown to EC2 after 60 s" in answer["reason"]
-    assert "`make deploy`" in answer["reason"]
+    assert answer["reason"] == (
+        f"Capacity Block check failed: reservation {RID}, bought by this stack's purchase resource, is still unknown to EC2 "
+        "after 60 s (the EC2 API is eventually consistent): deploy again with `make deploy` in a few minutes; nothing is "
+        "bought again (the purchase resource never buys on Update)"
+    ), "the whole fix, word for word: why (eventual consistency), what to do, and that a redeploy cannot buy twice"
 
 
 def test_a_hand_entered_unknown_id_is_refused_at_once():
@@ -97,6 +100,9 @@ def test_a_malformed_bought_id_is_not_waited_for():
     answer, slept = _run(BOUGHT, ["InvalidCapacityReservationId.Malformed"])
     assert answer["success"] is False
     assert slept == []
+    assert answer["reason"].startswith(
+        f"Capacity Block check failed: reservation {RID}, bought by this stack's purchase resource, is still unknown to EC2 after 0 s"
+    ), "Malformed is read as an unknown id at once (no wait), not reported as a failed AWS call"
 
 
 def test_the_waits_stop_before_the_function_times_out():
@@ -106,3 +112,22 @@ def test_the_waits_stop_before_the_function_times_out():
     assert slept == [2.0, 4.0], "the 8 s wait would leave less than the reserve"
     assert answer["success"] is False
     assert "still unknown to EC2 after 6 s" in answer["reason"]
+
+
+def test_a_context_without_the_lambda_clock_gets_the_whole_backoff():
+    """Only the Lambda context object has get_remaining_time_in_millis (Lambda Python context docs:
+    https://docs.aws.amazon.com/lambda/latest/dg/python-context.html); a caller passing None or another object (a
+    local invocation) gets the full bounded backoff rather than an AttributeError that would refuse a bought block."""
+    assert reservation_guard._time_for(30.0, None) is True
+    assert reservation_guard._time_for(30.0, object()) is True
+
+
+def test_the_answer_reserve_is_counted_to_the_millisecond():
+    """get_remaining_time_in_millis is in milliseconds (Lambda Python context docs); a wait is taken only when more
+    than the wait plus ANSWER_RESERVE_SECONDS is left, so the answer to CloudFormation always has its reserve."""
+    context = Lambda(seconds=0)
+    reserve_ms = int((8.0 + reservation_guard.ANSWER_RESERVE_SECONDS) * 1000)
+    context.left = reserve_ms + 1
+    assert reservation_guard._time_for(8.0, context) is True
+    context.left = reserve_ms
+    assert reservation_guard._time_for(8.0, context) is False, "exactly the reserve left: no wait, answer now"

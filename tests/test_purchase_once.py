@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError, ConnectionClosedError
 from botocore.stub import Stubber
 
 from pdkit.cli.main import main
+from pdkit.errors import KitError
 from pdkit.ops import aws_clients, purchase
 from pdkit.ops.aws_clients import Patience
 from pdkit.ops.capacity import ExtensionOffering, Offering
@@ -183,10 +184,22 @@ def extension_script(purchase_answer: Any, history: list[dict[str, Any]]) -> dic
             "DescribeCapacityBlockExtensionOfferings", items("capacityBlockExtensionOfferingSet", [offer])
         ),
         "PurchaseCapacityBlockExtension": dry_run_ok("PurchaseCapacityBlockExtension", purchase_answer),
-        "DescribeCapacityBlockExtensionHistory": lambda _p: ok(
-            "DescribeCapacityBlockExtensionHistory", items("capacityBlockExtensionSet", history)
-        ),
+        "DescribeCapacityBlockExtensionHistory": one_page(history),
     }
+
+
+def one_page(history: list[dict[str, Any]]) -> Any:
+    """The history in one page (no NextToken); a second call is refused with a 4xx, so a lookup that keeps paging
+    past the last page ends (and fails its test) instead of hanging it."""
+    calls: list[int] = []
+
+    def answer(_params: dict[str, str]) -> Any:
+        calls.append(1)
+        if len(calls) > 1:
+            return error(400, "InvalidParameterValue", "the last page had no NextToken")
+        return ok("DescribeCapacityBlockExtensionHistory", items("capacityBlockExtensionSet", history))
+
+    return answer
 
 
 def test_extension_answered_500_is_sent_once_and_found_in_the_history(ec2_at, tmp_path, capsys):
@@ -204,6 +217,7 @@ def test_extension_answered_500_is_sent_once_and_found_in_the_history(ec2_at, tm
         code = main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)])
     assert len(ec2.sent("PurchaseCapacityBlockExtension", dry=False)) == 1
     history = ec2.sent("DescribeCapacityBlockExtensionHistory")
+    assert len(history) == 1, "one page, no NextToken: one call"
     assert history[0]["Filter.1.Name"] == "capacity-block-extension-offering-id"
     assert history[0]["Filter.1.Value.1"] == "cbeo-1"
     captured = capsys.readouterr()
@@ -221,7 +235,7 @@ def test_extension_that_never_answers_is_sent_once_then_looked_up(ec2_at, tmp_pa
         ec2_at(ec2.url)
         code = main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)])
     assert len(ec2.sent("PurchaseCapacityBlockExtension", dry=False)) == 1
-    assert ec2.sent("DescribeCapacityBlockExtensionHistory")
+    assert len(ec2.sent("DescribeCapacityBlockExtensionHistory")) == 1
     err = capsys.readouterr().err
     assert code == 2
     assert "the extension may have gone through (no answer before the read timeout" in err
@@ -298,7 +312,11 @@ def test_lookup_finds_the_tagged_reservation_across_pages(offline_aws):
     assert outcome.status == "unclear"
     assert [f.reservation_id for f in outcome.found] == [NEW_CR]
     assert outcome.found[0].matched_by == "tag pdkit:purchase-id=pid-1"
+    assert (outcome.found[0].state, outcome.found[0].start, outcome.found[0].end) == ("payment-pending", START, END), (
+        "the operator is shown the block's state and dates as EC2 reports them (a payment-pending block can still fail)"
+    )
     assert outcome.failure.startswith("HTTP 503 Unavailable")
+    assert outcome.purchase_id == "pid-1", "the tag value the operator searches for later (tag_lookup_command) when EC2 was slow"
 
 
 def test_lookup_without_the_tag_falls_back_to_type_az_count_and_dates(offline_aws):
@@ -311,7 +329,10 @@ def test_lookup_without_the_tag_falls_back_to_type_az_count_and_dates(offline_aw
     stubber.add_response("describe_capacity_reservations", {"CapacityReservations": rows}, LOOKUP)
     outcome = purchase.buy_block(ec2, ec2, OFFER, "pid-1")
     assert [f.reservation_id for f in outcome.found] == ["cr-0same"]
-    assert "no tag" in outcome.found[0].matched_by
+    assert outcome.found[0].matched_by == "same type, AZ, count, start and end (no tag)"
+    assert (outcome.found[0].state, outcome.found[0].start, outcome.found[0].end) == ("payment-pending", START, END), (
+        "what the possible match is shown with, so the operator can tell it from an earlier block before buying again"
+    )
     assert outcome.found[0].certain is False
 
 
@@ -345,6 +366,8 @@ def test_a_failed_lookup_is_reported_not_raised(offline_aws):
     outcome = purchase.buy_block(ec2, ec2, OFFER, "pid-1")
     assert outcome.status == "unclear"
     assert outcome.lookup_failure.startswith("HTTP 500 InternalError")
+    assert (outcome.purchase_id, outcome.found) == ("pid-1", ())
+    assert outcome.failure.startswith("HTTP 503 Unavailable"), "what the purchase itself got is still reported next to the failed lookup"
 
 
 def test_extension_lookup_filters_the_history_by_offering(offline_aws):
@@ -498,3 +521,51 @@ def test_a_clear_purchase_carries_its_purchase_id(offline_aws):
     stubber.add_response("purchase_capacity_block", {"CapacityReservation": {"CapacityReservationId": NEW_CR}})
     outcome = purchase.buy_block(ec2, ec2, OFFER, "pid-7")
     assert (outcome.status, outcome.purchase_id) == ("bought", "pid-7")
+
+
+def test_a_page_that_omits_its_list_is_read_as_empty(offline_aws):
+    """EC2 output members are all optional (botocore EC2 model: no required output members), and a paged answer may
+    carry only a NextToken: a page without CapacityReservations / CapacityBlockExtensions is an empty page, not a
+    crash that would hide an unclear purchase behind a traceback."""
+    ec2, stubber = stubbed_ec2()
+    filters = [{"Name": "instance-type", "Values": ["p5en.48xlarge"]}, {"Name": "availability-zone", "Values": ["eu-south-2a"]}]
+    stubber.add_response("describe_capacity_reservations", {"NextToken": "t1"}, {"Filters": filters})
+    stubber.add_response("describe_capacity_reservations", {}, {"Filters": filters, "NextToken": "t1"})
+    assert purchase.find_tagged(ec2, instance_type="p5en.48xlarge", availability_zone="eu-south-2a", purchase_id="pid-1") == []
+    stubber.add_response("describe_capacity_reservations", {"NextToken": "t1"}, LOOKUP)
+    stubber.add_response("describe_capacity_reservations", {}, LOOKUP | {"NextToken": "t1"})
+    assert purchase.find_block(ec2, OFFER, "pid-1") == []
+    query = {"CapacityReservationIds": [CR], "Filters": [{"Name": "capacity-block-extension-offering-id", "Values": ["cbeo-1"]}]}
+    stubber.add_response("describe_capacity_block_extension_history", {"NextToken": "t1"}, query)
+    stubber.add_response("describe_capacity_block_extension_history", {}, query | {"NextToken": "t1"})
+    assert purchase.find_extension(ec2, _extension_offer(), CR) == []
+    stubber.assert_no_pending_responses()
+
+
+def test_an_extension_without_a_status_is_shown_as_unknown(offline_aws):
+    """CapacityBlockExtensionStatus is optional in the botocore EC2 model; a history entry without it is still a
+    sighting (the operator must not buy again), shown with the state '?' rather than None or a made-up status."""
+    ec2, stubber = stubbed_ec2()
+    query = {"CapacityReservationIds": [CR], "Filters": [{"Name": "capacity-block-extension-offering-id", "Values": ["cbeo-1"]}]}
+    stubber.add_response("describe_capacity_block_extension_history", {"CapacityBlockExtensions": [{"CapacityReservationId": CR}]}, query)
+    (found,) = purchase.find_extension(ec2, _extension_offer(), CR)
+    assert (found.reservation_id, found.state) == (CR, "?")
+
+
+def test_a_client_error_without_an_http_status_is_unclear():
+    """A ClientError whose response carries no ResponseMetadata says nothing about whether EC2 did it (only a 4xx
+    is a refusal: EC2 errors overview), so the purchase is looked up, never reported as "nothing bought"."""
+    assert purchase.is_unclear(ClientError({"Error": {"Code": "InternalError"}}, "PurchaseCapacityBlock")) is True
+
+
+def test_a_dry_run_that_returns_a_result_stops_with_the_fix():
+    """DryRun=true must answer DryRunOperation ("Request would have succeeded", EC2 API common parameters:
+    https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonParameters.html); an endpoint that returns a result
+    instead may have bought the block, so nothing else is sent and the operator is told exactly what to check."""
+    with pytest.raises(KitError) as caught:
+        purchase.dry_run(lambda: {"CapacityReservation": {}}, what="the purchase")
+    assert str(caught.value) == (
+        "the dry run of the purchase returned a result instead of DryRunOperation, so this endpoint may not honour DryRun; "
+        "nothing else was sent. Fix: check `aws ec2 describe-capacity-reservations` for an unexpected new reservation and "
+        "your AWS_ENDPOINT_URL* settings"
+    )
