@@ -179,3 +179,34 @@ def test_only_a_missing_object_counts_as_missing(error, missing):
 def test_a_manifest_without_model_or_revision_names_neither():
     manifest = weights_manifest.Manifest.from_json(json.dumps({"format": weights_manifest.FORMAT, "files": [ENTRY], "total_bytes": 3}))
     assert (manifest.model, manifest.revision) == ("", "")
+
+
+def test_the_manifest_bytes_and_digest_stay_the_same_from_one_kit_version_to_the_next():
+    """A staged NVMe directory remembers the digest of the manifest it matches (the sha256 of these bytes), and the
+    bucket holds the manifest as written at import: if the serialization changed (key order, indentation), every
+    warm node would see a new digest and stage the whole checkpoint again at the start of a paid block. The
+    bytes are pinned here: sorted keys, one-space indentation, files by path, a final newline."""
+    m = weights_manifest.Manifest(
+        "org/model",
+        "abc123",
+        (weights_manifest.FileEntry("b.safetensors", 7, "b" * 64), weights_manifest.FileEntry("a.json", 3, "a" * 64)),
+    )
+    text = m.to_json()
+    assert text.splitlines()[:3] == ["{", ' "files": [', "  {"]
+    assert [line.strip().split(":")[0] for line in text.splitlines() if line.startswith(' "')] == [
+        '"files"',
+        '"format"',
+        '"model"',
+        '"revision"',
+        '"total_bytes"',
+    ]
+    assert text.endswith("}\n")
+    assert m.digest() == "1aa9a8f03cf998fe600b0d4d2048be942af13729e8a253f6c69735b6d51b176e"
+
+
+def test_a_manifest_whose_total_does_not_add_up_names_both_numbers():
+    """The refusal shows the total the file claims beside the sum of its entries, so an operator sees which is off."""
+    body = json.loads(weights_manifest.Manifest("org/model", "abc123", (weights_manifest.FileEntry("a.json", 3, "a" * 64),)).to_json())
+    body["total_bytes"] = 4
+    with pytest.raises(weights_manifest.ManifestError, match=r"^total_bytes 4 does not add up to 3$"):
+        weights_manifest.Manifest.from_json(json.dumps(body))
