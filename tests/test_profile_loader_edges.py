@@ -4,6 +4,7 @@ one KitError line naming the problem and the fix (never a traceback), found by m
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
 from ipaddress import IPv4Network
 from pathlib import Path
@@ -172,7 +173,7 @@ def _refusal(raw):
     try:
         _Kinds.model_validate(raw)
     except ValidationError as exc:
-        return exc, profile_files._first_error(exc, raw)
+        return exc, profile_files._first_error(exc)
     raise AssertionError(f"{raw} was accepted")
 
 
@@ -314,3 +315,113 @@ def test_a_value_yaml_cannot_construct_names_its_line_and_why(tmp_path, text, sa
     with pytest.raises(KitError) as err:
         profile_files.load(str(f))
     assert str(err.value) == f"{f}: not valid YAML {said}. Fix: quote the value to keep it as text, and use no !tags"
+
+
+# --- How a reference resolves, and each refusal of resolve() as its whole line ---------------------------------
+
+
+@pytest.mark.parametrize("ref", ["mine.yaml", "mine.yml", "sub/mine"])
+def test_a_yaml_suffix_or_a_slash_makes_a_reference_a_path(tmp_path, monkeypatch, ref):
+    """`pdkit --profile mine.yaml` in the operator's own directory is their file, not config/mine.yaml.yaml; a
+    reference with a slash is a path even without the suffix."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ref).write_text("name: x\n")
+    assert profile_files.resolve(ref) == (tmp_path / ref).resolve()
+
+
+def test_a_directory_with_a_trailing_slash_gets_the_example_path_with_one_slash(tmp_path):
+    """Shell completion adds the trailing slash; the example in the fix is the directory plus `/<name>.yaml`."""
+    folder = tmp_path / "profilesX"
+    folder.mkdir()
+    ref = f"{folder}/"
+    with pytest.raises(KitError) as err:
+        profile_files.resolve(ref)
+    assert str(err.value) == f"profile {ref!r} is a directory. Fix: pass the .yaml file inside it, e.g. {folder}/<name>.yaml"
+
+
+def test_a_missing_file_lists_the_shipped_names_as_the_alternative(tmp_path):
+    ref = str(tmp_path / "gone.yaml")
+    with pytest.raises(KitError) as err:
+        profile_files.resolve(ref)
+    names = ", ".join(profile_files.available_profiles())
+    assert str(err.value) == f"profile file {ref!r} does not exist. Fix: check the path, or use a name from config/: {names}"
+
+
+def test_a_name_close_to_nothing_gets_no_hint():
+    with pytest.raises(KitError) as err:
+        profile_files.resolve("qqqqzzzz")
+    names = ", ".join(profile_files.available_profiles())
+    assert str(err.value) == f"no profile named 'qqqqzzzz' in config/. Fix: use one of {names} or a path to a .yaml file"
+
+
+# --- The loader's own refusals, whole: the problem, the line it is on, the fix ---------------------------------
+
+
+def _load_error(tmp_path: Path, text: str) -> str:
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    with pytest.raises(KitError) as err:
+        profile_files.load(str(f))
+    return str(err.value).removeprefix(f"{f}: ")
+
+
+def _loaded(said: str) -> bool:
+    """The YAML was read and the profile's model refused it: the line starts with a field (`name = (missing): ...`),
+    not with a loader's refusal."""
+    return re.match(r"^[a-z_.]+ = ", said) is not None
+
+
+def test_an_alias_inside_its_own_anchor_names_the_alias_line(tmp_path):
+    said = _load_error(tmp_path, "name: x\nbench: &b\n  concurrency: *b\n")
+    assert said == "alias *b is used inside its own anchor at line 3. Fix: replace the alias with the values it stands for"
+
+
+def _nested(levels: int) -> str:
+    """`zz:` then `levels` mappings inside each other, on line 2: the deepest node sits at depth levels + 1 (the
+    document's mapping is depth 1, and every key and value one deeper than its mapping)."""
+    return "name: x\nzz: " + "{a: " * (levels - 1) + "{}" + "}" * (levels - 1) + "\n"
+
+
+def test_nesting_is_refused_one_level_past_the_limit_and_not_at_it(tmp_path):
+    """MAX_DEPTH is the deepest node accepted. Mappings with keys make the depth go up and down between siblings, so
+    the count must come back down after each node, not reset."""
+    assert _loaded(_load_error(tmp_path, _nested(profile_files.MAX_DEPTH - 1)))
+    refused = _load_error(tmp_path, _nested(profile_files.MAX_DEPTH))
+    assert refused == f"nested deeper than {profile_files.MAX_DEPTH} levels at line 2. Fix: a profile nests at most 4 levels; flatten it"
+
+
+EXPANDS = f"expands to more than {profile_files.MAX_NODES} YAML values (each use of an alias counts again); a profile has about 100"
+EXPANDS_FIX = "Fix: remove the anchors (&name) and aliases (*name) or the repeated data"
+
+
+def test_values_are_counted_exactly_up_to_the_limit(tmp_path):
+    """The document's mapping, the key, the list and its items count one each: MAX_NODES values load, one more is
+    refused at the document's first line (the mapping is counted last, after its children)."""
+    items = profile_files.MAX_NODES - 3
+    assert _loaded(_load_error(tmp_path, "zz: [" + ", ".join(["a"] * items) + "]\n"))
+    refused = _load_error(tmp_path, "zz: [" + ", ".join(["a"] * (items + 1)) + "]\n")
+    assert refused == f"{EXPANDS} at line 1. {EXPANDS_FIX}"
+
+
+def _aliased_text(plain: int, aliases: int) -> str:
+    """`plain` one-value items, then a 2,565-character string (1 + 2565 // 256 = 11 values) and `aliases` uses of it."""
+    lines = ["zz:", *["- a"] * plain, "- &d " + "x" * 2565, *["- *d"] * aliases]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_long_string_weighs_one_value_per_256_characters_each_time_it_is_aliased(tmp_path):
+    """47 + 11 x 450 + 3 = MAX_NODES loads; 7 + 11 x 454 + 1 crosses the limit at the last alias, which is the
+    line named (libyaml's mark of that alias)."""
+    assert profile_files.MAX_NODES == 5_000
+    assert _loaded(_load_error(tmp_path, _aliased_text(47, 449)))
+    refused = _load_error(tmp_path, _aliased_text(7, 453))
+    assert refused == f"{EXPANDS} at line {1 + 7 + 1 + 453}. {EXPANDS_FIX}"
+
+
+def test_an_aliased_list_weighs_itself_and_its_items_each_time(tmp_path):
+    """`&s [a, b, c]` stands for 4 values: 1 + 4 x 1,249 + 3 = MAX_NODES loads, one more item is refused."""
+    body = ["- &s [a, b, c]", *["- *s"] * 1248]
+    assert _loaded(_load_error(tmp_path, "\n".join(["zz:", "- a", *body]) + "\n"))
+    refused = _load_error(tmp_path, "\n".join(["zz:", "- a", "- a", *body]) + "\n")
+    assert refused == f"{EXPANDS} at line 1. {EXPANDS_FIX}"

@@ -248,10 +248,10 @@ def parse(raw: dict[str, Any], *, source: str = "") -> Profile:
     try:
         return Profile.model_validate(raw)
     except ValidationError as exc:
-        raise _first_error(exc, raw).with_source(source) from None
+        raise _first_error(exc).with_source(source) from None
 
 
-def _first_error(exc: ValidationError, raw: dict[str, Any]) -> ProfileError:
+def _first_error(exc: ValidationError) -> ProfileError:
     errors = exc.errors()
     err = errors[0]
     field = ".".join(str(p) for p in err["loc"])
