@@ -1,6 +1,7 @@
 # Mutation testing of the critical modules with mutmut 3 (config: [tool.mutmut] in pyproject.toml; per-module
-# killers, score and equivalent mutants: tests/mutation/). Slow, so outside `make test`. One module at a time:
-# `make mutation MODULE=pdkit.ops.purchase`. Results stay in mutants/ (unchanged mutants are not re-run).
+# killers, score and equivalent mutants: tests/mutation/). Slow, so outside `make test`. One module:
+# `make mutation MODULE=pdkit.ops.purchase`. mutants/ keeps the mutated copy and mutmut's test statistics
+# between runs (delete it for a fresh run).
 
 MUTATION_MODULES := pdkit.ops.purchase pdkit.model.reservation pdkit.functions.reservation_guard pdkit.functions.block_clock \
 	pdkit.model.profile_files pdkit.pods.weights_manifest pdkit.functions.block_lifecycle pdkit.render.serving.drain \
@@ -11,13 +12,16 @@ PLAN_FUNCTIONS := _build _router _upstream_deepep_reach _role_images _pod_securi
 MODULE ?=
 MUTATION_JOBS ?= 2
 MUTATION_FAIL_UNDER ?= 90
+# mutmut's names for the selected mutants: every function of a module, or the plan's listed ones.
+mutation_selection = $(foreach m,$(or $(MODULE),$(MUTATION_MODULES)),$(if $(filter pdkit.model.plan,$(m)),$(foreach f,$(PLAN_FUNCTIONS),$(m).x_$(f)__mutmut_*),$(m).*))
 
 .PHONY: mutation
 
+# One mutmut run for every module: it collects which test reaches which function once, runs the clean tests
+# once and forks every mutant from one warmed-up process (a run per module repeated that for each).
 mutation: setup ## Mutation testing (mutmut) of the critical modules; per-module score (MODULE=pdkit.x for one)
-	@mkdir -p build && for m in $(or $(MODULE),$(MUTATION_MODULES)); do \
-		case $$m in pdkit.model.plan) sel='$(foreach f,$(PLAN_FUNCTIONS),pdkit.model.plan.x_$(f)__mutmut_*)';; *) sel="$$m.*";; esac; \
-		start=$$SECONDS; set -f; mutmut run --max-children $(MUTATION_JOBS) $$sel > build/mutmut-$$m.log 2>&1 \
-			|| { tail -n 30 build/mutmut-$$m.log; echo "mutmut failed on $$m: build/mutmut-$$m.log"; exit 1; }; \
-		echo "mutmut: $$m in $$((SECONDS - start)) s (log: build/mutmut-$$m.log)"; done
+	@mkdir -p build && echo "mutmut: $(words $(or $(MODULE),$(MUTATION_MODULES))) module(s), $(MUTATION_JOBS) at a time; progress: tail -f build/mutmut.log"
+	@start=$$SECONDS; set -f; mutmut run --max-children $(MUTATION_JOBS) $(mutation_selection) > build/mutmut.log 2>&1 \
+		|| { tail -n 30 build/mutmut.log; echo "mutmut failed: build/mutmut.log"; exit 1; }; \
+		echo "mutmut: done in $$((SECONDS - start)) s"
 	python tests/mutation/score.py --fail-under $(MUTATION_FAIL_UNDER)

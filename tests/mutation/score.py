@@ -72,11 +72,15 @@ def equivalents(path: Path) -> dict[str, str]:
     return {name: m["reason"] for m in listed for name in m.get("names", [m.get("name")]) if name}
 
 
-def results(mutants_dir: Path) -> dict[str, int | None]:
+def results(mutants_dir: Path) -> tuple[dict[str, int | None], dict[str, float]]:
+    """Each mutant's exit code, and how long its test run took (mutmut's durations_by_key, wall seconds)."""
     codes: dict[str, int | None] = {}
+    seconds: dict[str, float] = {}
     for meta in mutants_dir.rglob("*.py.meta"):
-        codes.update(json.loads(meta.read_text())["exit_code_by_key"])
-    return codes
+        data = json.loads(meta.read_text())
+        codes.update(data["exit_code_by_key"])
+        seconds.update(data.get("durations_by_key", {}))
+    return codes, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(selection) != killers:
         print(f"[tool.mutmut] selects {sorted(set(selection) ^ killers)} differently from MODULES here: make them agree", file=sys.stderr)
         return 2
-    codes = results(args.mutants)
+    codes, seconds = results(args.mutants)
     if not codes:
         print(f"no mutmut results under {args.mutants}: run `make mutation` first", file=sys.stderr)
         return 2
@@ -114,19 +118,21 @@ def main(argv: list[str] | None = None) -> int:
         scored = len(counted) - unchecked
         score = 100.0 * killed / scored if scored else 0.0
         low |= scored == 0 or score < args.fail_under
-        rows.append((module, len(mine), len(mine) - len(counted), killed, len(alive), unchecked, score))
+        spent = sum(seconds.get(n, 0.0) for n in mine)
+        rows.append((module, len(mine), len(mine) - len(counted), killed, len(alive), unchecked, score, spent))
 
     if args.markdown:
         print("| module | mutants | equivalent | killed | survived | score |")
         print("|---|---|---|---|---|---|")
-        for module, total, eq, killed, alive, _unchecked, score in rows:
+        for module, total, eq, killed, alive, _unchecked, score, _spent in rows:
             print(f"| `{module}` | {total} | {eq} | {killed} | {alive} | {score:.1f}% |")
         for module in PENDING:
             print(f"| {module} | pending | | | | |")
         return 0
-    print(f"{'module':40} {'mutants':>7} {'equiv':>6} {'killed':>6} {'alive':>6} {'unrun':>6} {'score':>7}")
-    for module, total, eq, killed, alive, unchecked, score in rows:
-        print(f"{module:40} {total:7} {eq:6} {killed:6} {alive:6} {unchecked:6} {score:6.1f}%")
+    # seconds: the module's mutant test runs added up (the wall time is about this over MUTATION_JOBS)
+    print(f"{'module':40} {'mutants':>7} {'equiv':>6} {'killed':>6} {'alive':>6} {'unrun':>6} {'score':>7} {'seconds':>8}")
+    for module, total, eq, killed, alive, unchecked, score, spent in rows:
+        print(f"{module:40} {total:7} {eq:6} {killed:6} {alive:6} {unchecked:6} {score:6.1f}% {spent:8.0f}")
     for name in survivors:
         print(f"survived (or timed out): {name}   -> mutmut show {name}")
     for name in stale:
