@@ -96,13 +96,15 @@ def test_a_hand_entered_unknown_id_is_refused_at_once():
 
 
 def test_a_malformed_bought_id_is_not_waited_for():
-    """InvalidCapacityReservationId.Malformed is about the id's spelling, which no amount of propagation changes."""
+    """InvalidCapacityReservationId.Malformed is about the id's spelling, which no amount of propagation changes: the
+    refusal carries EC2's own error and does not tell the operator to wait and deploy again."""
     answer, slept = _run(BOUGHT, ["InvalidCapacityReservationId.Malformed"])
     assert answer["success"] is False
     assert slept == []
-    assert answer["reason"].startswith(
-        f"Capacity Block check failed: reservation {RID}, bought by this stack's purchase resource, is still unknown to EC2 after 0 s"
-    ), "Malformed is read as an unknown id at once (no wait), not reported as a failed AWS call"
+    assert answer["reason"] == (
+        f"Capacity Block check failed: could not check reservation {RID}: An error occurred (InvalidCapacityReservationId.Malformed) "
+        "when calling the DescribeCapacityReservations operation: "
+    )
 
 
 def test_the_waits_stop_before_the_function_times_out():

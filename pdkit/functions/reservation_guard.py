@@ -121,7 +121,8 @@ def _describe_propagating(reservation_id: str, ec2: Any, context: Any, sleep: An
     waited = 0.0
     for wait in (*PROPAGATION_WAITS, None):
         try:
-            return _describe(reservation_id, ec2, unknown=("InvalidCapacityReservationId.Malformed",)), waited
+            # Any other error, Malformed included, goes to the caller with EC2's words: waiting cannot fix it.
+            return _describe(reservation_id, ec2, unknown=()), waited
         except ec2.exceptions.ClientError as exc:
             if exc.response["Error"]["Code"] != NOT_FOUND:
                 raise
