@@ -179,16 +179,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # talking to it at once garble its answers ("'dict' object has no attribute 'ref'"): a false kill.
     judged = [item for item in items if item.path.name in killers and not SYNTHESIZING & set(getattr(item, "fixturenames", ()))]
     config.hook.pytest_deselected(items=[item for item in items if item not in judged])
-    # Fastest first, by the durations mutmut recorded: with -x a killed mutant stops at its first failure, so a mutant
-    # caught by a 0.01 s test no longer waits behind a 4 s CLI run (the order of MODULES breaks ties).
-    seconds = _recorded_durations()
-    items[:] = sorted(judged, key=lambda item: (seconds.get(item.nodeid, 0.0), killers.index(item.path.name)))
-
-
-@functools.cache
-def _recorded_durations() -> dict[str, float]:
-    """Each test's duration from mutmut's statistics run (mutants/mutmut-stats.json; mutmut runs pytest in mutants/)."""
-    try:
-        return dict(json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"])
-    except (OSError, ValueError, KeyError):
-        return {}
+    # In the order MODULES lists them (the fine-grained files first): with -x a killed mutant stops at the first failure.
+    items[:] = sorted(judged, key=lambda item: killers.index(item.path.name))

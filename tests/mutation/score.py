@@ -27,10 +27,10 @@ MODULES: dict[str, list[str]] = {
     ],
     "pdkit.functions.block_clock": ["tests/test_block_clock.py", "tests/test_observability_functions.py"],
     "pdkit.model.profile_files": [
-        "tests/test_profile_errors.py",
-        "tests/test_profile_fixes.py",
-        "tests/test_profile_bounds.py",
         "tests/test_profile_loader_edges.py",
+        "tests/test_profile_bounds.py",
+        "tests/test_profile_fixes.py",
+        "tests/test_profile_errors.py",  # last: its CLI and `cdk synth` runs take seconds each
     ],
     "pdkit.pods.weights_manifest": ["tests/test_weights_verify.py", "tests/test_serving_weights.py", "tests/test_weights_cmd.py"],
     "pdkit.functions.block_lifecycle": ["tests/test_block_drain.py", "tests/test_functions.py"],
@@ -44,11 +44,11 @@ MODULES: dict[str, list[str]] = {
         "tests/test_plan_rules_mutants.py",
         "tests/test_plan.py",
         "tests/test_plan_interfaces.py",
-        "tests/test_profile_errors.py",
         "tests/test_profile_fixes.py",
         "tests/test_serving_args.py",
         "tests/test_a2a_backend.py",
         "tests/test_rehearsal_profile.py",
+        "tests/test_profile_errors.py",
     ],
 }
 # Modules of the list that a later change puts under mutation (none left).
