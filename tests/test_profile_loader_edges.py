@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from datetime import datetime
 from ipaddress import IPv4Network
 from pathlib import Path
@@ -30,11 +31,31 @@ def test_a_cdk_json_without_a_default_profile_names_the_fix(tmp_path, monkeypatc
 
 
 def test_a_pipe_is_refused_before_it_is_read(tmp_path):
-    """stat(2) tells a FIFO from a regular file (S_ISREG); reading a FIFO with no writer would block forever."""
+    """stat(2) tells a FIFO from a regular file (S_ISREG); reading a FIFO with no writer would block forever. Were the
+    check gone, a writer thread feeds the pipe once a reader opens it, so the test fails instead of hanging."""
     fifo = tmp_path / "profile.yaml"
     os.mkfifo(fifo)
-    with pytest.raises(KitError, match=r"profile\.yaml: not a regular file\. Fix: save the profile to a \.yaml file and pass that$"):
-        profile_files._read_text(fifo)
+    done = threading.Event()
+
+    def feed() -> None:
+        while not done.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: nobody has the pipe open for reading (fifo(7))
+                done.wait(0.01)
+                continue
+            with os.fdopen(fd, "w") as pipe:
+                pipe.write("name: x\n")
+            return
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(KitError, match=r"profile\.yaml: not a regular file\. Fix: save the profile to a \.yaml file and pass that$"):
+            profile_files._read_text(fifo)
+    finally:
+        done.set()
+        writer.join()
 
 
 def test_a_file_that_vanished_says_it_cannot_be_read(tmp_path):
