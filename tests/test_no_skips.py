@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _pytest(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
+def _pytest(tmp_path: Path, ci: str | None, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_skipping.py").write_text(
         "import pytest\n\n"
         "@pytest.mark.skipif(True, reason='no venv')\n"
@@ -22,7 +22,20 @@ def _pytest(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci is not None else {})
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.no_skips", "--rootdir", str(tmp_path), str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.no_skips",
+            "--rootdir",
+            str(tmp_path),
+            *args,
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -38,6 +51,37 @@ def test_a_skip_fails_on_ci(tmp_path):
     assert "1 failed, 1 xfailed, 1 error" in result.stdout
     assert "test_needs_a_venv skipped on CI (Skipped: no venv)" in result.stdout
     assert "test_runs skipped on CI (Skipped: not built)" in result.stdout
+
+
+def test_a_skip_fails_on_ci_in_xdist_workers_too(tmp_path):
+    """`make test` runs pytest on xdist workers: the hook runs in the worker, and the controller reports the
+    report the worker changed (pytest-xdist serializes reports after pytest_runtest_makereport)."""
+    result = _pytest(tmp_path, "true", "--numprocesses", "2")
+    assert result.returncode == 1, result.stdout
+    assert "1 failed, 1 xfailed, 1 error" in result.stdout
+    assert "test_runs skipped on CI (Skipped: not built)" in result.stdout
+
+
+def test_make_test_installs_everything_before_the_first_check():
+    """GNU make's own dry run of `make test` (-B: as on a clean clone). Recursive $(MAKE) lines run even under
+    -n (https://www.gnu.org/software/make/manual/html_node/MAKE-Variable.html), so this is the real order: both
+    virtualenvs in one parallel step, then lint, types, pytest on its workers and the conformance run, and
+    .venv-sglang made from the caller's python3, not from the kit venv still being built beside it."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHON3", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
+    # A fresh shell's PATH (this test runs under make, which put the kit venv's bin first).
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
+    lines = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", "test"], capture_output=True, text=True, env=env, cwd=ROOT, check=True
+    ).stdout.splitlines()
+    assert lines[0].split()[1:] == ["--no-print-directory", "--jobs=2", "--output-sync=target", "setup", ".venv-sglang/.installed"]
+    first_check = next(i for i, line in enumerate(lines) if line.startswith("make ") and i > 0)
+    installs = lines[:first_check]
+    assert any("-r requirements-dev.txt" in line for line in installs)
+    assert any("--no-compile --require-hashes -r conformance/requirements-sglang.txt" in line for line in installs)
+    assert lines[first_check].split()[2:] == ["lint", "typecheck", "unit", "conformance"]
+    assert "pytest --numprocesses 2" in lines[first_check:]
+    venv = next(line for line in installs if line.endswith("-m venv .venv-sglang"))
+    assert str(ROOT / ".venv") not in venv
 
 
 def test_a_skip_stays_a_skip_on_a_developer_machine(tmp_path):

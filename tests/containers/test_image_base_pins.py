@@ -12,12 +12,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from suite_warnings import UnpinnedBaseImage
 
 Doc = dict[str, Any]
-
-
-class UnpinnedBaseImage(UserWarning):
-    """A base image is pinned by tag only; run containers/pin_digests.py on a machine with registry access."""
 
 
 def base_image_references(doc: Doc, versions: ModuleType) -> list[tuple[str, str]]:
