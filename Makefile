@@ -53,7 +53,7 @@ lint: setup ## ruff lint + format check; the layers' import contracts (ARCHITECT
 typecheck: setup ## mypy (strict) on pdkit/
 	mypy
 
-# pytest-xdist workers for `make unit`/`make test`; each synthesizes the kits its tests need (about 1 GB of memory apiece).
+# pytest-xdist workers for `make unit`/`make test`; each synthesizes the kits its tests need (two peaked at 3.6 GB in all).
 TEST_JOBS ?= 2
 
 unit: setup ## pytest only, on TEST_JOBS workers (plain `pytest` runs in one process)
