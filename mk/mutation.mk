@@ -20,8 +20,9 @@ mutation_selection = $(foreach m,$(or $(MODULE),$(MUTATION_MODULES)),$(if $(filt
 # One mutmut run for every module: it collects which test reaches which function once, runs the clean tests
 # once and forks every mutant from one warmed-up process (a run per module repeated that for each).
 mutation: setup ## Mutation testing (mutmut) of the critical modules; per-module score (MODULE=pdkit.x for one)
+	@$(if $(filter-out $(MUTATION_MODULES),$(MODULE)),echo "MODULE=$(filter-out $(MUTATION_MODULES),$(MODULE)) is not under mutation; one of: $(MUTATION_MODULES)" >&2; exit 2)
 	@mkdir -p build && echo "mutmut: $(words $(or $(MODULE),$(MUTATION_MODULES))) module(s), $(MUTATION_JOBS) at a time; progress: tail -f build/mutmut.log"
 	@start=$$SECONDS; set -f; mutmut run --max-children $(MUTATION_JOBS) $(mutation_selection) > build/mutmut.log 2>&1 \
 		|| { tail -n 30 build/mutmut.log; echo "mutmut failed: build/mutmut.log"; exit 1; }; \
 		echo "mutmut: done in $$((SECONDS - start)) s"
-	python tests/mutation/score.py --fail-under $(MUTATION_FAIL_UNDER)
+	python tests/mutation/score.py --fail-under $(MUTATION_FAIL_UNDER) $(foreach m,$(MODULE),--module $(m))

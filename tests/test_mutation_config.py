@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -61,3 +64,46 @@ def test_every_listed_equivalent_has_a_reason_and_belongs_to_a_scored_module():
         names += entry.get("names", [entry.get("name")])
     assert len(names) == len(set(names)), "a mutant is listed twice"
     assert {score.module_of(n) for n in names} <= set(MODULES)
+
+
+def _one_module_run(tmp_path: Path, codes: dict[str, int | None]) -> Path:
+    """A mutants/ directory as `make mutation MODULE=pdkit.model.reservation` leaves it from scratch: mutmut's
+    .meta file (exit_code_by_key, durations_by_key) for that module only."""
+    meta = tmp_path / "mutants" / "pdkit" / "model" / "reservation.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "durations_by_key": dict.fromkeys(codes, 0.1)}))
+    return tmp_path / "mutants"
+
+
+def test_a_one_module_run_is_scored_on_that_module_alone(tmp_path, capsys):
+    """MODULE=x judged the other eleven modules too, unrun (0%), so a fresh one-module run always failed."""
+    score = _score()
+    names = [f"pdkit.model.reservation.x_drain_at__mutmut_{i}" for i in range(1, 11)]
+    mutants = _one_module_run(tmp_path, dict.fromkeys(names, 1))
+    args = ["--mutants", str(mutants), "--equivalent", str(tmp_path / "none.toml"), "--fail-under", "90"]
+    assert score.main([*args, "--module", "pdkit.model.reservation"]) == 0
+    assert "pdkit.ops.purchase" not in capsys.readouterr().out
+    assert score.main(args) == 1
+    survivor = _one_module_run(tmp_path / "b", dict.fromkeys(names, 1) | {names[0]: 0, names[1]: 0})
+    args[1] = str(survivor)
+    assert score.main([*args, "--module", "pdkit.model.reservation"]) == 1
+    assert f"survived (or timed out): {names[0]}" in capsys.readouterr().out
+
+
+def test_a_module_name_not_under_mutation_is_refused_before_mutmut_runs(tmp_path, capsys):
+    """A typo selected no mutant and mutmut ran its statistics for nothing; both make and the score name the choices."""
+    assert _score().main(["--module", "pdkit.ops.purchas"]) == 2
+    assert "one of: pdkit.ops.purchase," in capsys.readouterr().err
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
+    # -o: take the installs as they are (this runs inside `make test`, after them).
+    made = subprocess.run(
+        ["make", "--no-print-directory", "-o", ".venv/.installed", "-o", "node_modules/.installed", "mutation", "MODULE=pdkit.ops.purchas"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    assert made.returncode == 2
+    assert "MODULE=pdkit.ops.purchas is not under mutation; one of: pdkit.ops.purchase" in made.stderr
+    assert "mutmut" not in made.stdout

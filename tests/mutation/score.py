@@ -89,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--equivalent", type=Path, default=ROOT / "tests" / "mutation" / "equivalent.toml")
     ap.add_argument("--fail-under", type=float, default=0.0, help="exit 1 when a module scores below this percentage")
     ap.add_argument("--markdown", action="store_true", help="the README table")
+    ap.add_argument("--module", action="append", default=[], help="score only this module (repeatable; make mutation MODULE=...)")
     args = ap.parse_args(argv)
+    unknown = [m for m in args.module if m not in MODULES]
+    if unknown:
+        print(f"not a module under mutation: {', '.join(unknown)}; one of: {', '.join(MODULES)}", file=sys.stderr)
+        return 2
 
     selection = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["pytest_add_cli_args_test_selection"]
     killers = {f for files in MODULES.values() for f in files}
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, code in codes.items():
         by_module[module_of(name)][name] = code
     low = False
-    for module in MODULES:
+    for module in args.module or MODULES:
         mine = by_module.get(module, {})
         counted = {n: c for n, c in mine.items() if n not in equivalent}
         killed = sum(c in KILLED for c in counted.values())
