@@ -138,3 +138,19 @@ def test_pp_fix_from_the_issue(raw_with, parallelism):
     err = _error(raw)
     assert "pp: 4" not in err.fix
     assert re.search(r"pp: [12]\b", err.fix)
+
+
+@pytest.mark.parametrize(
+    ("levels", "problem"),
+    [([], "no concurrency level to run"), ([1, 0, 4], "level 0 is not"), ([-4], "level -4 is not")],
+)
+def test_bench_levels_are_refused_with_the_profile(raw_with, levels, problem):
+    """bench.concurrency was accepted as anything and refused only when `pdkit bench` started on the paid block;
+    now the profile refuses it, and the example in its fix is accepted."""
+    raw = raw_with("bench.concurrency", levels)
+    err = _error(raw)
+    assert (err.field, problem in str(err)) == ("bench.concurrency", True), str(err)
+    example = re.search(r"e\.g\. (\[[^]]*\])", err.fix)
+    assert example, err.fix
+    raw["bench"]["concurrency"] = yaml.safe_load(example.group(1))
+    assert plan.build(profile_files.parse(raw)).bench.concurrency == (1, 4, 16, 64)

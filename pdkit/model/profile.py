@@ -332,12 +332,24 @@ class SharedPrefix(_Section):
 
 
 class Bench(_Section):
-    concurrency: tuple[int, ...] = (1, 4, 16, 64)
+    concurrency: tuple[int, ...] = Field(default=(1, 4, 16, 64), description="Concurrency levels of the sweep, each >= 1.")
     input_len: int = Field(default=2048, gt=0)
     output_len: int = Field(default=512, gt=0)
     prompts_per_level: int = Field(default=200, gt=0)
     warmup_requests: int = Field(default=16, ge=1)
     shared_prefix: SharedPrefix = SharedPrefix()
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        # Refused with the profile, not when `pdkit bench` starts on the paid block (render/bench.py check_levels
+        # refuses the same for --concurrency).
+        if not v:
+            raise FieldFix("no concurrency level to run", "list at least one, e.g. [1, 4, 16, 64]")
+        bad = [c for c in v if c < 1]
+        if bad:
+            raise FieldFix(f"level {bad[0]} is not a number of concurrent requests", "use levels of 1 or more, e.g. [1, 4, 16, 64]")
+        return v
 
 
 class Profile(_Section):
