@@ -1,5 +1,7 @@
-"""The deploy-time guard and the block lifecycle Lambdas, against botocore's real service models (Stubber).
-The lifecycle's Kubernetes side (drain order, timeouts, an unreachable API) is in tests/test_block_drain.py."""
+"""The block lifecycle Lambda against botocore's real service models (Stubber), and the custom-resource answer
+both kit functions send. The lifecycle's Kubernetes side (drain order, timeouts, an unreachable API) is in
+tests/test_block_drain.py; the deploy-time guard in tests/test_guard_protocol.py, test_guard_propagation.py and
+test_guard_rollback.py."""
 
 from __future__ import annotations
 
@@ -10,11 +12,10 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from pdkit.functions import block_lifecycle, cfn_response, reservation_guard
+from pdkit.functions import block_lifecycle, cfn_response
 from pdkit.model import reservation
 
 RID = "cr-0123456789abcdef0"
-WANT = {"ReservationId": RID, "InstanceType": "p5en.48xlarge", "InstanceCount": "4", "AvailabilityZone": "eu-south-2a"}
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
@@ -33,92 +34,6 @@ def _reservation(**overrides):
         "EndDate": NOW + timedelta(hours=48),
     }
     return base | overrides
-
-
-class Responses(list):
-    def __call__(self, event, **kwargs):
-        self.append(kwargs)
-
-
-def _guard(props, ec2=None, request="Create"):
-    responses = Responses()
-    event = {
-        "RequestType": request,
-        "ResourceProperties": props,
-        "StackId": "s",
-        "RequestId": "r",
-        "LogicalResourceId": "Guard",
-        "ResponseURL": "https://example.invalid/x",
-    }
-    reservation_guard.handler(event, None, ec2=ec2, respond=responses)
-    (answer,) = responses
-    return answer
-
-
-def _guard_with(found=None, error=None):
-    ec2 = _client("ec2")
-    with Stubber(ec2) as stub:
-        if error:
-            stub.add_client_error(
-                "describe_capacity_reservations", service_error_code=error, expected_params={"CapacityReservationIds": [RID]}
-            )
-        else:
-            stub.add_response("describe_capacity_reservations", {"CapacityReservations": found or []}, {"CapacityReservationIds": [RID]})
-        answer = _guard(WANT, ec2)
-        stub.assert_no_pending_responses()
-    return answer
-
-
-def test_guard_accepts_a_matching_scheduled_block():
-    answer = _guard_with([_reservation()])
-    assert answer["success"] is True
-    assert answer["physical_id"] == RID
-
-
-def test_guard_refuses_the_placeholder_without_calling_aws():
-    answer = _guard(WANT | {"ReservationId": reservation.PLACEHOLDER}, ec2=object())
-    assert answer["success"] is False
-    assert "placeholder" in answer["reason"]
-    assert "pdkit capacity offerings" in answer["reason"]
-
-
-def test_guard_refuses_an_unknown_reservation():
-    answer = _guard_with(error="InvalidCapacityReservationId.NotFound")
-    assert answer["success"] is False
-    assert "does not exist" in answer["reason"]
-
-
-@pytest.mark.parametrize("state", ["expired", "cancelled", "failed", "payment-failed"])
-def test_guard_refuses_dead_reservations(state):
-    answer = _guard_with([_reservation(State=state)])
-    assert answer["success"] is False
-    assert f"is {state}" in answer["reason"]
-
-
-@pytest.mark.parametrize(
-    ("field", "value", "words"),
-    [
-        ("InstanceType", "p5.48xlarge", "instance type"),
-        ("TotalInstanceCount", 2, "instance count"),
-        ("AvailabilityZone", "eu-south-2b", "Availability Zone"),
-    ],
-)
-def test_guard_refuses_a_block_that_differs_from_the_profile(field, value, words):
-    answer = _guard_with([_reservation(**{field: value})])
-    assert answer["success"] is False
-    assert words in answer["reason"]
-
-
-def test_guard_answers_cloudformation_even_when_aws_fails():
-    """An exception without an answer would leave the stack waiting for an hour."""
-    answer = _guard_with(error="UnauthorizedOperation")
-    assert answer["success"] is False
-    assert "could not check" in answer["reason"]
-
-
-def test_guard_delete_always_succeeds_without_aws():
-    answer = _guard(WANT, ec2=object(), request="Delete")
-    assert answer["success"] is True
 
 
 def test_cfn_response_puts_the_protocol_body():

@@ -17,6 +17,7 @@ import pytest
 from botocore.stub import Stubber
 
 from pdkit.functions import reservation_guard
+from pdkit.model import reservation
 
 RID = "cr-0123456789abcdef0"
 PROPS = {"ReservationId": RID, "InstanceType": "p5en.48xlarge", "InstanceCount": "4", "AvailabilityZone": "eu-south-2a"}
@@ -162,3 +163,33 @@ def test_an_aws_failure_is_a_refusal_that_says_so():
     assert answer["success"] is False
     assert answer["reason"].startswith(f"Capacity Block check failed: could not check reservation {RID}: ")
     assert "UnauthorizedOperation" in answer["reason"]
+
+
+def test_the_placeholder_is_refused_without_calling_aws():
+    """ec2=object(): any EC2 call would raise AttributeError; the refusal says how to buy a block."""
+    answer = _answer(_event("Create", ResourceProperties=PROPS | {"ReservationId": reservation.PLACEHOLDER}), ec2=object())
+    assert answer["success"] is False
+    assert "placeholder" in answer["reason"]
+    assert "pdkit capacity offerings" in answer["reason"]
+
+
+@pytest.mark.parametrize("state", ["expired", "cancelled", "failed", "payment-failed"])
+def test_every_dead_state_is_refused(state):
+    """States a Capacity Block can end in (EC2 CapacityReservation.State)."""
+    answer = _answer(_event("Create"), ec2=_ec2([BLOCK | {"State": state}]))
+    assert answer["success"] is False
+    assert f"is {state}" in answer["reason"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("InstanceType", "p5.48xlarge", "instance type"),
+        ("TotalInstanceCount", 2, "instance count"),
+        ("AvailabilityZone", "eu-south-2b", "Availability Zone"),
+    ],
+)
+def test_a_block_that_differs_from_the_profile_is_refused(field, value, words):
+    answer = _answer(_event("Create"), ec2=_ec2([BLOCK | {field: value}]))
+    assert answer["success"] is False
+    assert words in answer["reason"]
