@@ -9,72 +9,15 @@ import subprocess
 import sys
 from collections import namedtuple
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from pdkit.pods import staging, weights_manifest
-from pdkit.pods.staging import MARKER, Progress, StagingError, stage
+from pdkit.pods.staging import MARKER, Progress, StagingError
 from pdkit.pods.weights_manifest import FileEntry, Manifest, ManifestError, import_snapshot, load_manifest, verify_bucket
+from tests.fixtures.weights import BUCKET, FILES, PREFIX, REGION, run_stage, sha
 
-BUCKET = "glm51-2p2d-weights-000000000000-eu-south-2"
-PREFIX = "models/zai-org/GLM-5.1-FP8/main/"
-REGION = "eu-south-2"
-FILES = {
-    "config.json": b'{"architectures": ["GlmMoeDsaForCausalLM"]}',
-    "model.safetensors.index.json": b'{"weight_map": {}}',
-    "model-00001-of-00002.safetensors": bytes(range(256)) * 4096,  # 1 MiB
-    "model-00002-of-00002.safetensors": b"\x07" * (3 * 1024 * 1024 + 17),
-    "tokenizer/tokenizer.json": b'{"model": {}}',
-}
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture
-def snapshot_dir(tmp_path):
-    """A Hugging Face snapshot directory, with the hub's own bookkeeping that must not be imported."""
-    src = tmp_path / "snapshot"
-    for rel, data in FILES.items():
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        (src / rel).write_bytes(data)
-    (src / ".cache" / "huggingface").mkdir(parents=True)
-    (src / ".cache" / "huggingface" / "download.lock").write_text("x")
-    (src / ".gitattributes").write_text("*.safetensors filter=lfs")
-    return src
-
-
-class CountingS3:
-    """Wraps a boto3 client and counts downloads, to prove what staging did not fetch."""
-
-    def __init__(self, client):
-        self.client = client
-        self.downloads: list[str] = []
-
-    def __getattr__(self, name):
-        return getattr(self.client, name)
-
-    def download_file(self, Bucket, Key, Filename, ExtraArgs=None, Config=None):
-        self.downloads.append(Key)
-        self.client.download_file(Bucket, Key, Filename, ExtraArgs=ExtraArgs, Config=Config)
-
-
-@pytest.fixture
-def s3(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        client = boto3.client("s3", region_name=REGION)
-        client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-        yield CountingS3(client)
-
-
-@pytest.fixture
-def imported(s3, snapshot_dir):
-    return import_snapshot(snapshot_dir, s3=s3, bucket=BUCKET, prefix=PREFIX, model="zai-org/GLM-5.1-FP8", revision="abc123")
-
+# snapshot_dir, s3 (moto), imported
+pytest_plugins = ["tests.fixtures.weights_fixtures"]
 
 # --- manifest -------------------------------------------------------------------------------------
 
@@ -159,10 +102,6 @@ def test_weights_cli_verify_exit_codes(s3, imported, capsys):
 
 
 # --- staging --------------------------------------------------------------------------------------
-
-
-def run_stage(s3, dest, **kw):
-    return stage(s3=s3, bucket=BUCKET, prefix=PREFIX, dest=dest, workers=4, progress_interval=0, **kw)
 
 
 def test_stage_downloads_and_verifies_every_file(s3, imported, tmp_path):

@@ -18,12 +18,15 @@ from collections import namedtuple
 from pathlib import Path
 
 import pytest
-from test_serving_weights import BUCKET, FILES, PREFIX, REGION, imported, run_stage, s3, snapshot_dir  # noqa: F401 (fixtures)
 
 from pdkit.ops.timeline.marks import log_marks
 from pdkit.pods import staging
 from pdkit.pods.staging import MARKER, PARTIAL, Progress, StageResult, StagingError
 from pdkit.pods.weights_manifest import FileEntry, Manifest, sha256_file
+from tests.fixtures.weights import BUCKET, FILES, PREFIX, REGION, run_stage
+
+# snapshot_dir, s3 (moto), imported
+pytest_plugins = ["tests.fixtures.weights_fixtures"]
 
 GB = 10**9
 Usage = namedtuple("Usage", "total used free")
@@ -201,7 +204,7 @@ def test_a_file_deep_in_the_checkpoint_gets_its_directories(monkeypatch, tmp_pat
     assert (dest / "draft" / "tokenizer" / "vocab.json").stat().st_size == 7
 
 
-def test_the_marker_records_which_manifest_the_directory_holds(s3, imported, tmp_path):  # noqa: F811
+def test_the_marker_records_which_manifest_the_directory_holds(s3, imported, tmp_path):
     """A sorted, one-line JSON record an operator can read on the node (`cat .pdkit-staged.json`)."""
     dest = tmp_path / "glm"
     run_stage(s3, dest)
@@ -210,7 +213,7 @@ def test_the_marker_records_which_manifest_the_directory_holds(s3, imported, tmp
     assert sorted(p.name for p in dest.iterdir() if p.name.startswith(".pdkit")) == [MARKER, staging.LOCK]
 
 
-def test_stray_files_are_named_as_they_are_removed(s3, imported, tmp_path, caplog):  # noqa: F811
+def test_stray_files_are_named_as_they_are_removed(s3, imported, tmp_path, caplog):
     dest = tmp_path / "glm"
     (dest / "old").mkdir(parents=True)
     (dest / "old" / "model-00001-of-00009.safetensors").write_bytes(b"old")
@@ -219,7 +222,7 @@ def test_stray_files_are_named_as_they_are_removed(s3, imported, tmp_path, caplo
     assert "removing old/model-00001-of-00009.safetensors (not in the manifest)" in messages(caplog)
 
 
-def test_a_corrupted_file_is_named_in_a_warning(s3, imported, tmp_path, caplog):  # noqa: F811
+def test_a_corrupted_file_is_named_in_a_warning(s3, imported, tmp_path, caplog):
     dest = tmp_path / "glm"
     run_stage(s3, dest)
     (dest / MARKER).unlink()
@@ -230,7 +233,7 @@ def test_a_corrupted_file_is_named_in_a_warning(s3, imported, tmp_path, caplog):
 
 
 @pytest.mark.parametrize("body", ["short", "same size"])
-def test_a_bad_download_is_logged_with_both_sizes_and_digests(s3, imported, tmp_path, caplog, body):  # noqa: F811
+def test_a_bad_download_is_logged_with_both_sizes_and_digests(s3, imported, tmp_path, caplog, body):
     """A download of the wrong size is not hashed ("-"); one of the right size shows the digest it has."""
     good = FILES["config.json"]
     bad = b"{}" if body == "short" else bytes(reversed(good))
@@ -412,7 +415,7 @@ def test_bucket_prefix_and_dest_are_required(staged, tmp_path, capsys, missing):
     assert calls == {}
 
 
-def test_the_pod_log_gets_timestamped_info_lines_on_stdout(s3, imported, tmp_path, capsys):  # noqa: F811
+def test_the_pod_log_gets_timestamped_info_lines_on_stdout(s3, imported, tmp_path, capsys):
     """kubectl logs shows the init container's stdout; the time on each line lets an operator read the rate.
     force=True: whatever configured the root logger before (here pytest), staging's lines still get out."""
     logging.root.setLevel(logging.WARNING)  # as in the init container's fresh interpreter

@@ -13,20 +13,23 @@ import logging
 
 import pytest
 from botocore.exceptions import ClientError
-from test_serving_weights import BUCKET, FILES, PREFIX, REGION, imported, s3, sha, snapshot_dir  # noqa: F401 (fixtures)
 
 from pdkit.pods import weights_manifest
+from tests.fixtures.weights import BUCKET, FILES, PREFIX, REGION, sha
+
+# snapshot_dir, s3 (moto), imported
+pytest_plugins = ["tests.fixtures.weights_fixtures"]
 
 SHARD = "model-00001-of-00002.safetensors"
 
 
-def _verify(s3, capsys) -> tuple[int, str]:  # noqa: F811 (s3: the fixture's value)
+def _verify(s3, capsys) -> tuple[int, str]:
     code = weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX, "--region", REGION], s3_factory=lambda r, n: s3)
     return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("metadata", ["own digest", "no digest"])
-def test_verify_fails_on_a_tampered_file_of_the_right_size(s3, imported, capsys, metadata):  # noqa: F811
+def test_verify_fails_on_a_tampered_file_of_the_right_size(s3, imported, capsys, metadata):
     original = FILES[SHARD]
     tampered = bytes(reversed(original))
     assert len(tampered) == len(original)
@@ -41,7 +44,7 @@ def test_verify_fails_on_a_tampered_file_of_the_right_size(s3, imported, capsys,
     assert err.splitlines() == [f"pdkit weights: {SHARD}: sha256 metadata {shown} differs from the manifest"]
 
 
-def test_verify_passes_an_untouched_bucket_and_names_the_manifest(s3, imported, capsys):  # noqa: F811
+def test_verify_passes_an_untouched_bucket_and_names_the_manifest(s3, imported, capsys):
     code = weights_manifest.main(["verify", "--bucket", BUCKET, "--prefix", PREFIX, "--region", REGION], s3_factory=lambda r, n: s3)
     out = capsys.readouterr().out
     total = sum(len(data) for data in FILES.values())
@@ -49,7 +52,7 @@ def test_verify_passes_an_untouched_bucket_and_names_the_manifest(s3, imported, 
     assert out.splitlines()[-1] == f"pdkit weights: {len(FILES)} files, {total / 1e9:.1f} GB match manifest {imported.digest()[:12]}"
 
 
-def test_import_from_the_command_line_uploads_the_snapshot_and_its_manifest(s3, snapshot_dir, capsys, caplog):  # noqa: F811
+def test_import_from_the_command_line_uploads_the_snapshot_and_its_manifest(s3, snapshot_dir, capsys, caplog):
     """`python -m pdkit.pods.weights_manifest import DIR --model --revision --bucket --prefix` (runbooks/02-serve.md)."""
     caplog.set_level(logging.INFO)
     made = []
@@ -92,7 +95,7 @@ def test_a_command_is_required(capsys):
     assert capsys.readouterr().err.startswith("usage: python -m pdkit.pods.weights_manifest [-h] {import,verify} ...")
 
 
-def test_the_region_defaults_to_aws_region(monkeypatch, s3, imported):  # noqa: F811
+def test_the_region_defaults_to_aws_region(monkeypatch, s3, imported):
     """The Job's pod gets AWS_REGION from EKS Pod Identity / the environment (boto3 reads it too)."""
     monkeypatch.setenv("AWS_REGION", "eu-south-2")
     made = []
@@ -111,7 +114,7 @@ def test_the_s3_client_pools_a_connection_per_download_and_retries_adaptively():
     assert client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 11}
 
 
-def test_a_problem_goes_to_stderr_and_the_summary_counts_gigabytes(s3, imported, capsys):  # noqa: F811
+def test_a_problem_goes_to_stderr_and_the_summary_counts_gigabytes(s3, imported, capsys):
     s3.delete_object(Bucket=BUCKET, Key=PREFIX + "config.json")
     code, err = _verify(s3, capsys)
     assert (code, err) == (1, "pdkit weights: config.json: missing\n")
