@@ -75,11 +75,14 @@ class CapacityStack(KitStack):
                 reservation_id=self.reservation_id,
             ).template
 
-        shared = None if custom_image else launch_template("GpuLaunchTemplate", None)
-        self.launch_templates = {
-            role.name: launch_template(f"{role.name.capitalize()}LaunchTemplate", role) if custom_image else shared
-            for role in plan.roles.values()
-        }
+        self.launch_templates: dict[str, ec2.CfnLaunchTemplate]
+        if custom_image:
+            self.launch_templates = {
+                role.name: launch_template(f"{role.name.capitalize()}LaunchTemplate", role) for role in plan.roles.values()
+            }
+        else:
+            shared = launch_template("GpuLaunchTemplate", None)
+            self.launch_templates = {role.name: shared for role in plan.roles.values()}
 
         block = plan.market == "capacity-block"
         self.guard = (
