@@ -60,16 +60,17 @@ unit: setup ## pytest only, on TEST_JOBS workers (plain `pytest` runs in one pro
 	pytest --numprocesses $(TEST_JOBS)
 
 # Fragments in mk/ add their own targets and append to TEST_TARGETS (e.g. the SGLang conformance run) and
-# TEST_SETUP (what those targets install).
+# TEST_SETUP (the install stamps those targets need).
 TEST_TARGETS := lint typecheck unit
-TEST_SETUP := setup
+TEST_SETUP := $(VENV)/.installed node_modules/.installed
 -include mk/*.mk
 
 # The installs first, two at a time (a clean clone spends minutes in pip, on one core each), then the checks
-# in order, their output as it comes.
+# one after another, their output as it comes. The second make takes the installs as done (-o), so `make -B test`
+# installs once. --output-sync needs GNU make 4 (macOS ships 3.81: there the install output interleaves).
 test: ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, policy, cfn-lint) and mk/ extras
-	$(MAKE) --no-print-directory --jobs=2 --output-sync=target $(TEST_SETUP)
-	$(MAKE) --no-print-directory $(TEST_TARGETS)
+	$(MAKE) --no-print-directory --jobs=2 $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target) $(TEST_SETUP)
+	$(MAKE) --no-print-directory --jobs=1 $(addprefix -o ,$(TEST_SETUP)) $(TEST_TARGETS)
 
 update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
 	pytest tests/test_snapshots.py --snapshot-update

@@ -107,3 +107,16 @@ def test_a_module_name_not_under_mutation_is_refused_before_mutmut_runs(tmp_path
     assert made.returncode == 2
     assert "MODULE=pdkit.ops.purchas is not under mutation; one of: pdkit.ops.purchase" in made.stderr
     assert "mutmut" not in made.stdout
+
+
+def test_a_one_module_run_calls_no_other_modules_equivalent_stale(tmp_path, capsys):
+    """A fresh one-module run has no results for the other modules: their listed equivalents are not stale."""
+    score = _score()
+    mutants = _one_module_run(tmp_path, {"pdkit.model.reservation.x_drain_at__mutmut_1": 1})
+    listed = tmp_path / "equivalent.toml"
+    listed.write_text('[[mutant]]\nname = "pdkit.ops.purchase.x_buy__mutmut_1"\nreason = "a reason long enough to be one"\n')
+    args = ["--mutants", str(mutants), "--equivalent", str(listed)]
+    score.main([*args, "--module", "pdkit.model.reservation"])
+    assert "no longer generates" not in capsys.readouterr().out
+    score.main(args)
+    assert "lists pdkit.ops.purchase.x_buy__mutmut_1, which mutmut no longer generates" in capsys.readouterr().out

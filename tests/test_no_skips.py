@@ -62,26 +62,39 @@ def test_a_skip_fails_on_ci_in_xdist_workers_too(tmp_path):
     assert "test_runs skipped on CI (Skipped: not built)" in result.stdout
 
 
-def test_make_test_installs_everything_before_the_first_check():
+def test_make_test_installs_everything_once_before_the_first_check():
     """GNU make's own dry run of `make test` (-B: as on a clean clone). Recursive $(MAKE) lines run even under
     -n (https://www.gnu.org/software/make/manual/html_node/MAKE-Variable.html), so this is the real order: both
-    virtualenvs in one parallel step, then lint, types, pytest on its workers and the conformance run, and
-    .venv-sglang made from the caller's python3, not from the kit venv still being built beside it."""
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHON3", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
-    # A fresh shell's PATH (this test runs under make, which put the kit venv's bin first).
-    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(ROOT)))
+    virtualenvs in one parallel step, then lint, types, pytest on its workers and the conformance run, one at a
+    time, with nothing installed twice (-B reaches the second make through MAKEFLAGS; its -o keeps the installs
+    done), and .venv-sglang made from a fresh shell's python3, not from the kit venv being built beside it."""
+    # Nothing from the make this test may run under: its flags, TEST_JOBS/PYTHON3 given on its command line
+    # (make exports those to recipes), and the kit venv's bin it put first on PATH.
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHON3", "TEST_JOBS", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p and not Path(p).resolve().is_relative_to(ROOT))
     lines = subprocess.run(
         ["make", "--no-print-directory", "-n", "-B", "test"], capture_output=True, text=True, env=env, cwd=ROOT, check=True
     ).stdout.splitlines()
-    assert lines[0].split()[1:] == ["--no-print-directory", "--jobs=2", "--output-sync=target", "setup", ".venv-sglang/.installed"]
+    stamps = [".venv/.installed", "node_modules/.installed", ".venv-sglang/.installed"]
+    assert lines[0].split()[1:] == ["--no-print-directory", "--jobs=2", "--output-sync=target", *stamps]
     first_check = next(i for i, line in enumerate(lines) if line.startswith("make ") and i > 0)
-    installs = lines[:first_check]
+    installs, checks = lines[:first_check], lines[first_check:]
     assert any("-r requirements-dev.txt" in line for line in installs)
+    assert any("npm ci" in line for line in installs)
     assert any("--no-compile --require-hashes -r conformance/requirements-sglang.txt" in line for line in installs)
-    assert lines[first_check].split()[2:] == ["lint", "typecheck", "unit", "conformance"]
-    assert "pytest --numprocesses 2" in lines[first_check:]
+    assert checks[0].split()[1:] == [
+        "--no-print-directory",
+        "--jobs=1",
+        *(x for s in stamps for x in ("-o", s)),
+        "lint",
+        "typecheck",
+        "unit",
+        "conformance",
+    ]
+    assert [line for line in checks if "pip install" in line or "npm ci" in line or "-m venv" in line] == []
+    assert "pytest --numprocesses 2" in checks
     venv = next(line for line in installs if line.endswith("-m venv .venv-sglang"))
-    assert str(ROOT / ".venv") not in venv
+    assert not Path(venv.split()[0]).resolve().is_relative_to(ROOT)
 
 
 def test_a_skip_stays_a_skip_on_a_developer_machine(tmp_path):

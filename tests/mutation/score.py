@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no mutmut results under {args.mutants}: run `make mutation` first", file=sys.stderr)
         return 2
     equivalent = equivalents(args.equivalent)
-    stale = sorted(set(equivalent) - set(codes))
+    stale = sorted(n for n in set(equivalent) - set(codes) if not args.module or module_of(n) in args.module)
     rows = []
     survivors: list[str] = []
     by_module: dict[str, dict[str, int | None]] = defaultdict(dict)
