@@ -17,7 +17,6 @@ import boto3
 import pytest
 from botocore import xform_name
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
 from pdkit.pods import staging, weights_import
 from pdkit.pods.weights_import import (
@@ -34,10 +33,8 @@ from pdkit.pods.weights_import import (
     import_from_hub,
 )
 from pdkit.pods.weights_manifest import MANIFEST_NAME, Manifest, load_manifest, verify_bucket
+from tests.fixtures.weights import BUCKET, PREFIX, REGION, weights_bucket
 
-BUCKET = "glm51-2p2d-weights-000000000000-eu-south-2"
-PREFIX = "models/zai-org/GLM-5.1-FP8/main/"
-REGION = "eu-south-2"
 MODEL = "zai-org/GLM-5.1-FP8"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 PART = 5 * MIB  # S3's (and moto's) smallest part
@@ -141,11 +138,7 @@ def _root_logging():
 
 @pytest.fixture
 def aws(monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        client = boto3.client("s3", region_name=REGION)
-        client.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
+    with weights_bucket(monkeypatch) as client:
         yield Recording(client), boto3.client("secretsmanager", region_name=REGION)
 
 
