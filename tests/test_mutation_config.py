@@ -120,3 +120,51 @@ def test_a_one_module_run_calls_no_other_modules_equivalent_stale(tmp_path, caps
     assert "no longer generates" not in capsys.readouterr().out
     score.main(args)
     assert "lists pdkit.ops.purchase.x_buy__mutmut_1, which mutmut no longer generates" in capsys.readouterr().out
+
+
+class _Item:
+    def __init__(self, file: str, fixtures: tuple[str, ...] = ()):
+        self.path = ROOT / "tests" / file
+        self.fixturenames = fixtures
+
+
+class _Config:
+    def __init__(self):
+        self.deselected: list[_Item] = []
+        self.hook = self
+
+    def pytest_deselected(self, items):
+        self.deselected += items
+
+
+def _modify(monkeypatch, mutant: str, items: list[_Item]) -> tuple[list[_Item], list[_Item]]:
+    """tests/conftest.py's pytest_collection_modifyitems as a mutmut child runs it (MUTANT_UNDER_TEST set)."""
+    from tests.conftest import pytest_collection_modifyitems
+
+    monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
+    config = _Config()
+    pytest_collection_modifyitems(config, items)
+    return items, config.deselected
+
+
+def test_a_mutant_runs_its_own_modules_killers_only_and_no_synthesizing_test(monkeypatch):
+    guard, rules, other, synth = (
+        _Item("test_guard_protocol.py"),
+        _Item("test_guard_rollback.py"),
+        _Item("test_plan.py"),
+        _Item("test_guard_protocol.py", ("kit",)),
+    )
+    kept, dropped = _modify(monkeypatch, "pdkit.functions.reservation_guard.x_handler__mutmut_7", [other, rules, guard, synth])
+    assert kept == [guard, rules]
+    assert set(dropped) == {other, synth}
+
+
+def test_a_listed_equivalent_runs_no_test(monkeypatch):
+    """Left out of the score with its reason, so its tests (up to 5 s each) could not change a number."""
+    listed = _score().equivalents(ROOT / "tests" / "mutation" / "equivalent.toml")
+    mutant = next(n for n in listed if n.startswith("pdkit.pods.weights_manifest."))
+    items = [_Item("test_weights_verify.py"), _Item("test_serving_weights.py")]
+    kept, dropped = _modify(monkeypatch, mutant, list(items))
+    assert (kept, dropped) == ([], items)
+    kept, _ = _modify(monkeypatch, mutant.rsplit("_", 1)[0] + "_999999", list(items))
+    assert kept == items
