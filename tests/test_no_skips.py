@@ -58,6 +58,7 @@ def test_a_skip_fails_on_ci_in_xdist_workers_too(tmp_path):
     report the worker changed (pytest-xdist serializes reports after pytest_runtest_makereport)."""
     result = _pytest(tmp_path, "true", "--numprocesses", "2")
     assert result.returncode == 1, result.stdout
+    # Were the hook's change lost between worker and controller, this would read "2 skipped, 1 xfailed".
     assert "1 failed, 1 xfailed, 1 error" in result.stdout
     assert "test_runs skipped on CI (Skipped: not built)" in result.stdout
 
