@@ -77,6 +77,8 @@ class BlockLifecycle(Construct):
             environment={
                 "CLUSTER_NAME": plan.cluster_name,
                 "RESERVATION_ID": reservation_id,
+                # The handler ignores events from any other account (pdkit/functions/block_lifecycle.py foreign).
+                "ACCOUNT_ID": stack.account,
                 "NODE_GROUPS": json.dumps(groups, sort_keys=True),
                 "DRAIN_LEAD_MINUTES": str(plan.drain_lead_minutes),
                 "TOPIC_ARN": self.topic.topic_arn,
@@ -114,6 +116,11 @@ class BlockLifecycle(Construct):
             iam.PolicyStatement(actions=["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"], resources=nodegroups),
             iam.PolicyStatement(actions=["ec2:DescribeCapacityReservations", "ec2:DescribeInstanceTopology"], resources=["*"]),
             iam.PolicyStatement(actions=["sns:Publish"], resources=[self.topic.topic_arn]),
+            # The drain marker: a tag on this block only (ec2:CreateTags takes the capacity-reservation resource type).
+            iam.PolicyStatement(
+                actions=["ec2:CreateTags"],
+                resources=[f"arn:{stack.partition}:ec2:{stack.region}:{stack.account}:capacity-reservation/{reservation_id}"],
+            ),
         )
         acknowledge(
             scale,

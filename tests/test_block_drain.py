@@ -32,6 +32,8 @@ from pdkit.model.placement import PLACED_ROLE_LABEL
 from pdkit.model.plan import ROLE_LABEL
 from pdkit.render.serving import drain, inputs, manifests, names
 from pdkit.render.serving.scale import roles_patch
+from tests.fixtures import block_events
+from tests.fixtures.block_events import fill
 
 CLUSTER = "glm51-2p2d"
 GROUPS = {"glm51-2p2d-decode": 2, "glm51-2p2d-prefill": 2}
@@ -234,6 +236,7 @@ def env(monkeypatch, the_plan):
         "RESERVATION_ID": RID,
         "DRAIN_LEAD_MINUTES": "60",
         "TOPIC_ARN": "arn:aws:sns:eu-south-2:123456789012:t",
+        "ACCOUNT_ID": block_events.ACCOUNT,
         **drain.drain_plan(the_plan).lifecycle_environment(),
         **placement.lifecycle_environment(the_plan),
     }.items():
@@ -281,6 +284,11 @@ class Aws:
                 {"nodegroup": {"nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": current}}},
                 {"clusterName": CLUSTER, "nodegroupName": name},
             )
+        if target == 0 and current != 0:
+            # Every drain first leaves its marker on the reservation (pdkit/functions/block_lifecycle.py DRAINED_TAG).
+            self.stubs["ec2"].add_response(
+                "create_tags", {}, {"Resources": [RID], "Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": NOW.isoformat()}]}
+            )
         if current != target:
             for name in GROUPS:
                 self.stubs["eks"].add_response(
@@ -310,9 +318,10 @@ class Aws:
         return result
 
 
-TICK = {"detail-type": "Scheduled Event"}
-DELIVERED = {"detail-type": "Capacity Block Delivered"}
-EXPIRING = {"detail-type": "Capacity Block Expiration Warning"}
+# AWS's documented examples (tests/fixtures/block_events.py) for this test's block and account.
+TICK = fill(block_events.SCHEDULED, reservation_id=RID)
+DELIVERED = fill(block_events.DELIVERED, reservation_id=RID)
+EXPIRING = fill(block_events.EXPIRATION_WARNING, reservation_id=RID)
 
 
 def _first(log, kind):
@@ -886,6 +895,27 @@ def test_lifecycle_function_knows_the_api_and_the_serving_objects(kit):
     assert fn["Properties"]["Timeout"] >= json.loads(env["PLACEMENT"])["wait_seconds"] + block_lifecycle.RESERVE_SECONDS
 
 
+def test_lifecycle_function_knows_its_account_and_may_tag_only_its_block(kit):
+    """The handler ignores events of another account (ACCOUNT_ID, the stack's own), and the drain marker is the one
+    write it makes on EC2: CreateTags on this block's capacity-reservation ARN, no wildcard."""
+    resources, fn = _lifecycle(kit)
+    env = fn["Properties"]["Environment"]["Variables"]
+    assert env["ACCOUNT_ID"] == {"Ref": "AWS::AccountId"}
+    tagging = [
+        st
+        for r in resources.values()
+        if r["Type"] == "AWS::IAM::ManagedPolicy"
+        for st in r["Properties"]["PolicyDocument"]["Statement"]
+        if "ec2:CreateTags" in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])
+    ]
+    (statement,) = tagging
+    (arn,) = [statement["Resource"]] if not isinstance(statement["Resource"], list) else statement["Resource"]
+    text = json.dumps(arn)
+    assert ":capacity-reservation/" in text
+    assert kit.plan.reservation_id in text
+    assert "*" not in text
+
+
 def test_lifecycle_role_maps_to_the_kubernetes_group_with_no_access_policy(kit):
     resources, fn = _lifecycle(kit)
     (entry,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::EKS::AccessEntry"]
@@ -1285,7 +1315,11 @@ def test_with_every_instance_equally_close_decode_keeps_its_node_groups_instance
     assert outcome == "placed"
     assert api.labels == {"ip-i-0a1": "prefill", "ip-i-0a2": "prefill", "ip-i-0b1": "decode", "ip-i-0b2": "decode"}
     assert message.startswith("Placement from the instance topology: prefill on i-0a1, i-0a2; decode on i-0b1, i-0b2 ")
-    assert message.endswith("every pod still schedules (the role is only preferred).")
+    assert "every pod still schedules (the role is only preferred)." in message
+    assert message.endswith(
+        "sit under 4 bottom network nodes (nn-bottom-i-0a1, nn-bottom-i-0a2, nn-bottom-i-0b1, nn-bottom-i-0b2); "
+        "decode gets the closest ones (pdkit topology shows the distances)."
+    )
     assert "None" not in message
 
 

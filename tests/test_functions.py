@@ -14,9 +14,21 @@ from botocore.stub import ANY, Stubber
 
 from pdkit.functions import block_lifecycle, cfn_response
 from pdkit.model import reservation
+from tests.fixtures import block_events
+from tests.fixtures.block_events import fill
 
 RID = "cr-0123456789abcdef0"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+# The documented EventBridge examples (tests/fixtures/block_events.py) with this test's reservation and account.
+TICK = fill(block_events.SCHEDULED, reservation_id=RID)
+
+
+def delivered(spelling=reservation.DELIVERED[0]):
+    return fill(block_events.DELIVERED, reservation_id=RID, detail_type=spelling)
+
+
+def expiring(spelling=reservation.EXPIRING[0]):
+    return fill(block_events.EXPIRATION_WARNING, reservation_id=RID, detail_type=spelling)
 
 
 def _client(name):
@@ -108,6 +120,7 @@ def env(monkeypatch):
         "SERVING": json.dumps(SERVING),
         "DRAIN_WAIT_SECONDS": "600",
         "PLACEMENT": json.dumps(PLACEMENT),
+        "ACCOUNT_ID": block_events.ACCOUNT,
     }.items():
         monkeypatch.setenv(key, value)
 
@@ -148,6 +161,12 @@ class Clients:
         ]
         self.stubs["ec2"].add_response("describe_instance_topology", {"Instances": instances}, {"InstanceIds": list(INSTANCES)})
 
+    def tagged(self):
+        """The drain's marker on the reservation (EC2 CreateTags)."""
+        self.stubs["ec2"].add_response(
+            "create_tags", {}, {"Resources": [RID], "Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": ANY}]}
+        )
+
     def notified(self):
         self.stubs["sns"].add_response("publish", {"MessageId": "m"}, {"TopicArn": ANY, "Subject": ANY, "Message": ANY})
 
@@ -170,7 +189,7 @@ def test_delivered_scales_every_role_to_its_plan_size(env, spelling):
     c.nodegroups(current=0, target=2)
     c.topology()
     c.notified()
-    result = c.run({"detail-type": spelling, "detail": {"capacity-reservation-id": RID}})
+    result = c.run(delivered(spelling))
     assert result == {"action": "scale-up", "placement": "placed", "serving": "restored"}
     assert c.kube.calls[0] == ("nodes", "pdkit/role in (prefill,decode)")
     assert sorted(call[1:] for call in c.kube.calls if call[0] == "label") == [
@@ -186,8 +205,9 @@ def test_delivered_scales_every_role_to_its_plan_size(env, spelling):
 def test_expiration_warning_scales_to_zero(env, spelling):
     c = Clients()
     c.nodegroups(current=2, target=0)
+    c.tagged()
     c.notified()
-    assert c.run({"detail-type": spelling}) == {"action": "scale-down", "serving": "drained"}
+    assert c.run(expiring(spelling)) == {"action": "scale-down", "serving": "drained"}
     assert [call[:4] for call in c.kube.calls if call[0] == "scale"] == [("scale", "ns", "ds", {"prefill": 0, "decode": 0})]
 
 
@@ -195,7 +215,7 @@ def test_expiration_warning_after_the_drain_only_reports(env):
     c = Clients()
     c.nodegroups(current=0, target=0)
     c.notified()
-    assert c.run({"detail-type": reservation.EXPIRING[0]}) == {"action": "scale-down", "serving": "skipped"}
+    assert c.run(expiring()) == {"action": "scale-down", "serving": "skipped"}
     assert c.kube.calls == []
 
 
@@ -203,8 +223,9 @@ def test_clock_drains_at_t_minus_60(env):
     c = Clients()
     c.reservation(State="active", EndDate=NOW + timedelta(minutes=59))
     c.nodegroups(current=2, target=0)
+    c.tagged()
     c.notified()
-    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain", "serving": "drained"}
+    assert c.run(TICK) == {"action": "drain", "serving": "drained"}
     assert c.kube.calls == [
         ("scale", "ns", "ds", {"prefill": 0, "decode": 0}),
         ("pods", "ns", {"disaggregatedset.x-k8s.io/name": "ds"}),
@@ -230,34 +251,37 @@ def test_clock_drains_only_what_is_still_up(env):
         {"update": {"id": "u"}},
         {"clusterName": "c", "nodegroupName": "g-prefill", "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": 0}},
     )
+    c.tagged()
     c.notified()
-    assert c.run({"detail-type": "Scheduled Event"})["action"] == "drain"
+    assert c.run(TICK)["action"] == "drain"
 
 
 def test_clock_waits_while_the_block_has_time(env):
     c = Clients()
     c.reservation(State="active", EndDate=NOW + timedelta(minutes=61))
-    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
+    c.nodegroups(current=2, target=2)
+    assert c.run(TICK) == {"action": "none"}
 
 
 def test_an_extension_moves_the_drain(env):
     """The end date is read on every tick, so an extended block is not drained at its old end."""
     c = Clients()
     c.reservation(State="active", EndDate=NOW + timedelta(hours=24, minutes=30))
-    assert c.run({"detail-type": "Scheduled Event"}, now=NOW + timedelta(minutes=30)) == {"action": "none"}
+    c.nodegroups(current=2, target=2)
+    assert c.run(TICK, now=NOW + timedelta(minutes=30)) == {"action": "none"}
 
 
 def test_clock_ignores_blocks_that_are_not_active(env):
     c = Clients()
     c.reservation(State="scheduled", EndDate=NOW + timedelta(minutes=10))
-    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
+    assert c.run(TICK) == {"action": "none"}
 
 
 def test_clock_does_not_renotify_once_drained(env):
     c = Clients()
     c.reservation(State="active", EndDate=NOW + timedelta(minutes=30))
     c.nodegroups(current=0, target=0)
-    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "none"}
+    assert c.run(TICK) == {"action": "none"}
     assert c.kube.calls == [], "no Kubernetes call once the groups are at 0"
 
 
@@ -297,7 +321,7 @@ def test_two_scale_ups_at_once_converge_and_notify_once(env):
         _update(c, name, 2, in_use=True)
         _describe(c, name, 2)
     c.topology()
-    assert c.run({"detail-type": reservation.DELIVERED[0]}) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
+    assert c.run(delivered()) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
 
 
 def test_a_duplicate_delivered_event_after_the_scale_up_is_quiet(env):
@@ -305,7 +329,7 @@ def test_a_duplicate_delivered_event_after_the_scale_up_is_quiet(env):
     c = Clients()
     c.nodegroups(current=2, target=2)
     c.topology()
-    assert c.run({"detail-type": reservation.DELIVERED[1]}) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
+    assert c.run(delivered(reservation.DELIVERED[1])) == {"action": "scale-up", "placement": "placed", "serving": "restored"}
 
 
 def test_a_refused_update_that_did_not_converge_is_raised_for_lambdas_retry(env):
@@ -319,7 +343,7 @@ def test_a_refused_update_that_did_not_converge_is_raised_for_lambdas_retry(env)
     for stub in c.stubs.values():
         stub.activate()
     with pytest.raises(c.eks.exceptions.ResourceInUseException):
-        block_lifecycle.handler({"detail-type": reservation.DELIVERED[0]}, None, clients=c.as_dict(), now=NOW, kube=c.kube, sleep=_no_sleep)
+        block_lifecycle.handler(delivered(), None, clients=c.as_dict(), now=NOW, kube=c.kube, sleep=_no_sleep)
 
 
 def test_a_tick_during_a_running_drain_converges_without_a_second_notice(env):
@@ -332,7 +356,8 @@ def test_a_tick_during_a_running_drain_converges_without_a_second_notice(env):
     for name in GROUPS:
         _update(c, name, 0, in_use=True)
         _describe(c, name, 0)
-    assert c.run({"detail-type": "Scheduled Event"}) == {"action": "drain", "serving": "drained"}
+    c.tagged()
+    assert c.run(TICK) == {"action": "drain", "serving": "drained"}
     assert [call for call in c.kube.calls if call[0] == "scale"] == [("scale", "ns", "ds", {"prefill": 0, "decode": 0})]
 
 
@@ -343,5 +368,140 @@ def test_the_expiration_warning_during_a_drain_converges_without_a_second_notice
     _update(c, "g-decode", 0, in_use=True)
     _describe(c, "g-decode", 0)
     _update(c, "g-prefill", 0)
+    c.tagged()
     c.notified()  # this invocation scaled prefill itself: it says so
-    assert c.run({"detail-type": reservation.EXPIRING[0]}) == {"action": "scale-down", "serving": "drained"}
+    assert c.run(expiring()) == {"action": "scale-down", "serving": "drained"}
+
+
+# --- a block that started without its Delivered event ---------------------------------------------
+# "Capacity Block Delivered" fires once, at the block's start (EC2 User Guide, capacity-blocks-monitor), and
+# EventBridge does not replay events to a rule created later: a deploy made after the start, or an event lost, left
+# the node groups at 0 for the whole paid block on b561709. The check now catches up, only when nothing says not to.
+
+
+def _catch_up(c):
+    """The scale-up the check does: node groups to the plan, placement from the topology, serving restored."""
+    c.nodegroups(current=0, target=2)
+    c.topology()
+    c.notified()
+
+
+def test_an_active_block_with_its_node_groups_at_0_is_scaled_up_by_the_check(env):
+    """Active, 48 h left (outside the 60 min drain lead), both groups at 0, no drain marker: the check does what the
+    lost Delivered event would have done, and says why on the topic."""
+    c = Clients()
+    c.reservation(State="active")
+    _catch_up(c)
+    assert c.run(TICK) == {"action": "catch-up", "placement": "placed", "serving": "restored"}
+    assert c.kube.calls[-1] == ("scale", "ns", "ds", {"prefill": 1, "decode": 1})
+
+
+@pytest.mark.parametrize(
+    ("why", "found", "desired"),
+    [
+        ("scheduled: not started", {"State": "scheduled"}, (0, 0)),
+        ("payment-pending", {"State": "payment-pending"}, (0, 0)),
+        ("expired", {"State": "expired"}, (0, 0)),
+        ("inside the drain lead", {"State": "active", "EndDate": NOW + timedelta(minutes=59)}, (0, 0)),
+        ("already up", {"State": "active"}, (2, 2)),
+        ("one group up: someone is working on it", {"State": "active"}, (0, 2)),
+        (
+            "drained before (marker)",
+            {"State": "active", "Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": "2026-12-01T11:00:00+00:00"}]},
+            (0, 0),
+        ),
+    ],
+)
+def test_the_check_scales_up_only_an_active_undrained_block_outside_the_lead_with_every_group_at_0(env, why, found, desired):
+    """Every combination that must NOT scale up: no update, no topology call, no notification, nothing in Kubernetes.
+    A drained block stays down even when an extension moves its end out of the lead (the marker says a drain
+    happened); `pdkit nodes up` brings it back on purpose."""
+    c = Clients()
+    c.reservation(**found)
+    if found["State"] == "active":
+        for name, size in zip(GROUPS, desired, strict=True):
+            _describe(c, name, size)
+    assert c.run(TICK) == {"action": "none"}, why
+    assert c.kube.calls == []
+
+
+def test_the_marker_is_read_from_the_tag_only():
+    """Other tags on the block (EC2's own incremental-quantity tag, the purchase's) are not a drain."""
+    found = _reservation(Tags=[{"Key": "aws:ec2capacityreservation:incrementalRequestedQuantity", "Value": "4"}])
+    assert block_lifecycle.drained_at(found) is None
+    assert block_lifecycle.drained_at(found | {"Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": "t"}]}) == "t"
+
+
+def test_a_drain_tags_the_reservation_before_serving_goes():
+    """The marker is written first, so a drain interrupted half-way still keeps the check from scaling back up."""
+    c = Clients()
+    c.tagged()
+    c.stubs["ec2"].activate()
+    assert block_lifecycle._mark_drained(c.ec2, RID, NOW) == ""
+    c.stubs["ec2"].assert_no_pending_responses()
+
+
+def test_a_refused_tag_never_holds_the_drain(env):
+    """CreateTags refused (a policy, a throttle): the nodes still go, and the notification says the marker is missing."""
+    c = Clients()
+    c.reservation(State="active", EndDate=NOW + timedelta(minutes=50))
+    c.nodegroups(current=2, target=0)
+    c.stubs["ec2"].add_client_error("create_tags", "UnauthorizedOperation", "You are not authorized to perform this operation.")
+    messages = []
+    c.sns.meta.events.register("before-parameter-build.sns.Publish", lambda params, **_: messages.append(params["Message"]))
+    c.notified()
+    assert c.run(TICK) == {"action": "drain", "serving": "drained"}
+    assert "could NOT be tagged pdkit/drained-at" in messages[0]
+    assert "UnauthorizedOperation" in messages[0]
+
+
+# --- only its own events ----------------------------------------------------------------------------
+# EventBridge's rule filters on source, detail-type and the reservation id (stacks/block_lifecycle.py), but the
+# function can be invoked directly (lambda:InvokeFunction) and a rule can be widened: an event that is not this
+# function's must not scale a paid block's node groups. The events are AWS's documented examples.
+
+
+@pytest.mark.parametrize(
+    ("event", "words"),
+    [
+        (fill(block_events.DELIVERED, reservation_id="cr-0fffffffffffffff0"), "for reservation 'cr-0fffffffffffffff0'"),
+        (fill(block_events.EXPIRATION_WARNING, reservation_id="cr-0fffffffffffffff0"), "for reservation 'cr-0fffffffffffffff0'"),
+        (fill(block_events.DELIVERED, reservation_id=RID, account="210987654321"), "for account '210987654321'"),
+        (fill(block_events.SCHEDULED, reservation_id=RID, account="210987654321"), "for account '210987654321'"),
+        (fill(block_events.DELIVERED, reservation_id=RID) | {"source": "my.app"}, "from source 'my.app'"),
+        (fill(block_events.SCHEDULED, reservation_id=RID) | {"source": "aws.ec2"}, "from source 'aws.ec2'"),
+        (fill(block_events.RESERVATION_STATE, reservation_id=RID), "'EC2 Capacity Reservation Scheduled' is not"),
+        ({}, "detail-type '' is not"),
+        ({"detail-type": "Scheduled Event"}, "from source None"),
+    ],
+    ids=[
+        "other-block",
+        "other-block-expiring",
+        "other-account",
+        "other-account-tick",
+        "forged-source",
+        "tick-from-ec2",
+        "state-event",
+        "empty",
+        "bare-tick",
+    ],
+)
+def test_events_that_are_not_its_own_are_ignored_before_any_call(env, event, words):
+    """No stub has a response: any AWS or Kubernetes call would fail the test."""
+    c = Clients()
+    result = c.run(event)
+    assert result["action"] == "ignored"
+    assert words in result["reason"]
+    assert c.kube.calls == []
+
+
+def test_the_eventbridge_envelope_spelling_of_detail_type_is_read_too(env):
+    """The guide's examples print `detail_type`; EventBridge's event structure spells it `detail-type`
+    (https://docs.aws.amazon.com/eventbridge/latest/ref/overiew-event-structure.html). Both are this function's."""
+    event = delivered()
+    event["detail-type"] = event.pop("detail_type")
+    c = Clients()
+    c.nodegroups(current=0, target=2)
+    c.topology()
+    c.notified()
+    assert c.run(event)["action"] == "scale-up"

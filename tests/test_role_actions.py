@@ -73,6 +73,8 @@ BOTO3_ACTIONS: dict[tuple[str, str], str] = {
     ("ec2", "purchase_capacity_block"): "ec2:PurchaseCapacityBlock",
     # EC2 User Guide, instance topology prerequisites (IAM permissions); list_amazonec2.html names no resource type for it.
     ("ec2", "describe_instance_topology"): "ec2:DescribeInstanceTopology",
+    # The lifecycle's drain marker on its reservation (list_amazonec2.html: CreateTags, resource type capacity-reservation).
+    ("ec2", "create_tags"): "ec2:CreateTags",
     ("eks", "describe_nodegroup"): "eks:DescribeNodegroup",
     ("eks", "update_nodegroup_config"): "eks:UpdateNodegroupConfig",
     ("sns", "publish"): "sns:Publish",

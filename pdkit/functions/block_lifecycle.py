@@ -21,6 +21,19 @@ converges instead of double-acting: scaling the roles is a JSON patch to the sam
 a node group already at its target is left alone, an update EKS refuses because another one is
 running is accepted once the group's desired size is the target, and only the invocation that
 changed a node group sends the notification.
+
+"Capacity Block Delivered" fires once, at the start, and EventBridge never replays it: a deploy made after
+the block started, or a Delivered event lost, would leave the GPU node groups at 0 for the whole paid block.
+So the 5-minute check also scales up (a catch-up: the same scale-up, placement and restore) when the block
+is active, outside the drain lead, every GPU node group is at 0 and no drain happened. "No drain happened" is
+read from the reservation itself: every drain first tags the Capacity Reservation with DRAINED_TAG, which the
+check's own DescribeCapacityReservations answer carries back (no other store, nothing to clean up: the tag
+lives and dies with the block, and a new block starts without it). So an extension bought after the drain
+does not bring the nodes back on its own: `pdkit nodes up` does.
+
+Every handler acts only on its own events: EventBridge's rules filter them, but the function can be invoked
+directly and a rule can be widened, so an event whose source, account or reservation id is not this
+function's is ignored before any AWS call (see `foreign`).
 """
 
 from __future__ import annotations
@@ -43,6 +56,16 @@ NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 POLL_SECONDS = 10
+# Left on the Capacity Reservation by every drain (EC2 CreateTags; capacity reservations take tags:
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html): once it is there,
+# the periodic check never scales the block's node groups up again.
+DRAINED_TAG = "pdkit/drained-at"
+# The envelope fields of the events this function is for: EC2's Capacity Block events
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html) and the rule's schedule
+# (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-run-lambda-schedule.html).
+EC2_SOURCE = "aws.ec2"
+SCHEDULE_SOURCE = "aws.events"
+SCHEDULED = "Scheduled Event"
 # Kept free of the pod wait within one invocation: node group calls and the notification.
 RESERVE_SECONDS = 90
 
@@ -58,41 +81,120 @@ def handler(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     env = os.environ
+    cluster, reservation_id = env["CLUSTER_NAME"], env["RESERVATION_ID"]
+    kind = detail_type(event)
+    refused = foreign(event, kind, reservation_id=reservation_id, account=env["ACCOUNT_ID"])
+    if refused:
+        print(f"ignored: {refused}")  # the function's log: nothing was called, nothing is notified
+        return {"action": "ignored", "reason": refused}
     c = clients or _clients()
     groups: dict[str, int] = json.loads(env["NODE_GROUPS"])
-    cluster, reservation_id = env["CLUSTER_NAME"], env["RESERVATION_ID"]
     serving = Serving(json.loads(env["SERVING"]), kube or (lambda: kube_api.from_env(os.environ)))
-    kind = event.get("detail-type", "")
+    now = now or datetime.now(UTC)
     if kind in reservation.DELIVERED:
-        changed = _apply(c["eks"], cluster, groups, _current(c["eks"], cluster, groups), up=True)
-        spec = json.loads(env["PLACEMENT"])
-        placed, where = place(c["ec2"], serving.connect, spec, _bounded(float(spec["wait_seconds"]), context), clock, sleep)
-        restored, note = serving.restore()
+        current = _current(c["eks"], cluster, groups)
+        changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep)
         if changed or placed != "placed":
-            _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {where} {note}")
+            _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {text}")
         return {"action": "scale-up", "placement": placed, "serving": restored}
     if kind in reservation.EXPIRING:
         current = _current(c["eks"], cluster, groups)
         if not any(current.values()):
             _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes: GPU node groups already at 0.")
             return {"action": "scale-down", "serving": "skipped"}
+        marked = _mark_drained(c["ec2"], reservation_id, now)
         drained, note = serving.drain(_bounded(float(env["DRAIN_WAIT_SECONDS"]), context), clock, sleep)
         if _apply(c["eks"], cluster, groups, current, up=False):
-            _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes. {note} GPU node groups scaled to 0.")
+            _notify(c["sns"], f"Capacity Block {reservation_id} expires in 40 minutes. {note} GPU node groups scaled to 0.{marked}")
         return {"action": "scale-down", "serving": drained}
     found = c["ec2"].describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
     if not found or found[0].get("State") != "active" or "EndDate" not in found[0]:
         return {"action": "none"}
     end = found[0]["EndDate"]
-    if not reservation.drain_due(end, now or datetime.now(UTC), int(env["DRAIN_LEAD_MINUTES"])):
-        return {"action": "none"}
     current = _current(c["eks"], cluster, groups)
+    if not reservation.drain_due(end, now, int(env["DRAIN_LEAD_MINUTES"])):
+        if any(current.values()) or drained_at(found[0]):
+            return {"action": "none"}
+        # Active, outside the drain lead, every group at 0 and never drained: the Delivered event was lost or came
+        # before this function existed. EventBridge does not replay it, so the check does its work.
+        changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep)
+        if changed:
+            _notify(
+                c["sns"],
+                f"Capacity Block {reservation_id} is active but its GPU node groups were at 0 (deployed after the block started, "
+                f"or its Delivered event was lost): scaling {_sizes(groups)} on {cluster}. {text}",
+            )
+        return {"action": "catch-up", "placement": placed, "serving": restored}
     if not any(current.values()):
         return {"action": "none"}
+    marked = _mark_drained(c["ec2"], reservation_id, now)
     drained, note = serving.drain(_bounded(float(env["DRAIN_WAIT_SECONDS"]), context), clock, sleep)
     if _apply(c["eks"], cluster, groups, current, up=False):
-        _notify(c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining. {note} GPU node groups scale to 0.")
+        _notify(
+            c["sns"], f"Capacity Block {reservation_id} ends at {end.isoformat()}: draining. {note} GPU node groups scale to 0.{marked}"
+        )
     return {"action": "drain", "serving": drained}
+
+
+def detail_type(event: dict[str, Any]) -> str:
+    """The event's detail-type. EventBridge spells the field `detail-type`
+    (https://docs.aws.amazon.com/eventbridge/latest/ref/overiew-event-structure.html); the EC2 guide's own Capacity
+    Block examples print `detail_type` (capacity-blocks-monitor), so both are read."""
+    return str(event.get("detail-type", event.get("detail_type", "")))
+
+
+def foreign(event: dict[str, Any], kind: str, *, reservation_id: str, account: str) -> str | None:
+    """Why this event is not this function's to act on, or None. A Capacity Block event must come from EC2 in this
+    account and name this function's reservation; a tick must be EventBridge's schedule in this account."""
+    if kind in reservation.DELIVERED or kind in reservation.EXPIRING:
+        source = EC2_SOURCE
+    elif kind == SCHEDULED:
+        source = SCHEDULE_SOURCE
+    else:
+        return f"detail-type {kind!r} is not a Capacity Block event or the schedule"
+    if event.get("source") != source:
+        return f"{kind!r} from source {event.get('source')!r}, not {source}"
+    if str(event.get("account", "")) != account:
+        return f"{kind!r} for account {event.get('account')!r}, not this function's {account}"
+    if source == EC2_SOURCE:
+        named = (event.get("detail") or {}).get("capacity-reservation-id")
+        if named != reservation_id:
+            return f"{kind!r} for reservation {named!r}, not this function's {reservation_id}"
+    return None
+
+
+def drained_at(found: dict[str, Any]) -> str | None:
+    """The time a drain of this reservation left on it, None when none did."""
+    return next((t.get("Value", "") for t in found.get("Tags", []) if t.get("Key") == DRAINED_TAG), None)
+
+
+def _mark_drained(ec2: Any, reservation_id: str, now: datetime) -> str:
+    """Tag the reservation as drained before the drain starts; '' when done, else a sentence for the notification.
+    A failure never holds the drain: the nodes must go whatever the tag does."""
+    try:
+        ec2.create_tags(Resources=[reservation_id], Tags=[{"Key": DRAINED_TAG, "Value": now.isoformat()}])
+    except Exception as exc:
+        return f" The reservation could NOT be tagged {DRAINED_TAG} ({exc}): the periodic check may scale the nodes up again if the block is extended."
+    return ""
+
+
+def _scale_up(
+    c: dict[str, Any],
+    env: Any,
+    groups: dict[str, int],
+    current: dict[str, int],
+    serving: Serving,
+    context: Any,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[bool, str, str, str]:
+    """Scale the node groups to the plan, place the nodes, restore serving; (changed, placement, serving, sentences)."""
+    cluster = env["CLUSTER_NAME"]
+    changed = _apply(c["eks"], cluster, groups, current, up=True)
+    spec = json.loads(env["PLACEMENT"])
+    placed, where = place(c["ec2"], serving.connect, spec, _bounded(float(spec["wait_seconds"]), context), clock, sleep)
+    restored, note = serving.restore()
+    return changed, placed, restored, f"{where} {note}"
 
 
 class Serving:
@@ -208,7 +310,8 @@ def place(
         )
     roles = "; ".join(f"{role} on {', '.join(ids) or 'none'}" for role, ids in chosen.roles.items())
     warnings = "".join(f" WARN: {w}." for w in chosen.warnings)
-    return "placed", f"Placement from the instance topology: {roles} (labelled {placement.PLACED_ROLE_LABEL}).{warnings}"
+    _, proof = placement.block_together(nodes)
+    return "placed", f"Placement from the instance topology: {roles} (labelled {placement.PLACED_ROLE_LABEL}).{warnings} {proof}"
 
 
 def _topology(ec2: Any, instance_ids: list[str]) -> dict[str, tuple[str, ...]]:
