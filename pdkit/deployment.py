@@ -102,7 +102,8 @@ def _checks(plan: Plan) -> list[Check]:
             "build the rehearsal from the same containers/ tree as the block (same image tags)",
         ),
         ("ami.source", lambda p: p.ami_source, "use ami.source: {want} (the GPU node image and its user data)"),
-        ("capacity.placement_group", lambda p: p.placement_group, "use capacity.placement_group: {want}"),
+        # Not capacity.placement_group: a block's instances are placed by EC2, an on-demand rehearsal's by its cluster
+        # placement group (pdkit/model/plan.py _placement_group), so the two differ on purpose.
         (
             "capacity.efa_devices",
             # The layout rule, not the count: every EFA device the instance has, or a cap.

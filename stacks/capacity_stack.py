@@ -130,6 +130,7 @@ class CapacityStack(KitStack):
                 taints=[eks.TaintSpec(key=role.taint["key"], value=role.taint["value"], effect=eks.TaintEffect.NO_SCHEDULE)],
                 enable_node_auto_repair=True,
             )
+            self._repair(group, plan)
             if self.guard:
                 group.node.add_dependency(self.guard.check)
             self.node_groups[role.name] = group
@@ -148,3 +149,24 @@ class CapacityStack(KitStack):
             cdk.CfnOutput(self, f"{name.capitalize()}LaunchTemplateId", value=template.ref)
         if self.purchase:
             cdk.CfnOutput(self, "ReservationId", value=self.purchase.reservation_id, description="The Capacity Block this stack bought")
+
+    @staticmethod
+    def _repair(group: eks.Nodegroup, plan: Plan) -> None:
+        """The plan's node auto repair on the node group's L1 (the L2 has only enable_node_auto_repair)."""
+        repair = plan.gpu_node_repair
+        cfn = group.node.default_child
+        assert isinstance(cfn, eks.CfnNodegroup)
+        cfn.node_repair_config = eks.CfnNodegroup.NodeRepairConfigProperty(
+            enabled=True,
+            max_parallel_nodes_repaired_count=repair.max_parallel_nodes,
+            max_unhealthy_node_threshold_count=repair.max_unhealthy_nodes,
+            node_repair_config_overrides=[
+                eks.CfnNodegroup.NodeRepairConfigOverridesProperty(
+                    node_monitoring_condition=o.condition,
+                    node_unhealthy_reason=o.reason,
+                    min_repair_wait_time_mins=o.wait_minutes,
+                    repair_action=o.action,
+                )
+                for o in repair.overrides
+            ],
+        )

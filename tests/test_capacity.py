@@ -102,18 +102,22 @@ def test_user_data_parts(kit, parts):
     assert all(part in user_data for part in parts)
 
 
-def test_cluster_placement_group_by_default(kit):
-    """The user asked for a cluster placement group; it is on unless the profile says none."""
-    assert kit.one("capacity", "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
-    assert "GroupName" in _lt(kit)["Placement"]
-
-
-def test_placement_group_can_be_switched_off(raw_with):
-    """If the block cannot launch into a placement group (insufficient capacity), `placement_group: none` removes it."""
-    kit = synth(raw_with("capacity.placement_group", "none"))
+def test_a_block_launches_with_its_own_placement_by_default(kit):
+    """No placement group on a Capacity Block: EC2 places a block's instances together (API_CapacityBlock), AWS
+    ParallelCluster refuses a placement group with a Capacity Block at error level (aws/aws-parallelcluster#6311),
+    and eksctl#7949 saw one cut a reservation's usable instances, a failure that shows only when the paid block
+    starts. b561709 put a cluster placement group on every block."""
+    assert kit.plan.market == "capacity-block"
     assert not kit.template("capacity").find_resources("AWS::EC2::PlacementGroup")
     assert "Placement" not in _lt(kit)
-    assert set(kit.stacks) == set(STACKS), "switches change properties, not which stacks exist"
+
+
+def test_a_cluster_placement_group_stays_selectable_on_a_block(raw_with):
+    """Asked for explicitly, the block gets one, and the switch changes properties, not which stacks exist."""
+    kit = synth(raw_with("capacity.placement_group", "cluster"))
+    assert kit.one("capacity", "AWS::EC2::PlacementGroup")["Strategy"] == "cluster"
+    assert "GroupName" in _lt(kit)["Placement"]
+    assert set(kit.stacks) == set(STACKS)
 
 
 def test_efa_security_group_allows_all_traffic_to_and_from_itself_only(kit):
@@ -161,9 +165,9 @@ def test_role_labels_and_taints(kit):
 
 
 def test_node_auto_repair_on(kit):
-    """A GPU fault inside a paid block is repaired without an operator."""
+    """A GPU fault inside a paid block is repaired without an operator (its limits: tests/test_node_repair.py)."""
     for group in _node_groups(kit):
-        assert group["NodeRepairConfig"] == {"Enabled": True}
+        assert group["NodeRepairConfig"]["Enabled"] is True
 
 
 def test_guard_runs_before_the_node_groups(kit):

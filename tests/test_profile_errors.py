@@ -216,7 +216,7 @@ FILE_CASES = [
     ("duplicate-top-level-key", DEFAULT_TEXT + "name: other-name\n", f"duplicate key 'name' at lines {_line('name:')} and {LAST_LINE + 1}"),
     (
         "duplicate-nested-key-undoing-placement-fix",
-        DEFAULT_TEXT.replace("  placement_group: cluster", "  placement_group: none\n  placement_group: cluster"),
+        DEFAULT_TEXT.replace("  placement_group: none", "  placement_group: cluster\n  placement_group: none"),
         f"duplicate key 'placement_group' at lines {_line('  placement_group:')} and {_line('  placement_group:') + 1}",
     ),
     (
@@ -287,7 +287,7 @@ FILE_CASES = [
     ("range-warning-minutes", DEFAULT_TEXT + "observability: {block_end_warning_minutes: 30}\n", "use a value >= 45"),
     ("section-is-a-string", DEFAULT_TEXT.replace("serving:\n  kv_transfer: mooncake", "serving: mooncake"), "serving = 'mooncake'"),
     ("unquoted-kubernetes-version", DEFAULT_TEXT.replace('"1.36"', "1.36"), "cluster.kubernetes_version = 1.36"),
-    ("yes-as-placement-group", DEFAULT_TEXT.replace("placement_group: cluster", "placement_group: no"), "capacity.placement_group = False"),
+    ("yes-as-placement-group", DEFAULT_TEXT.replace("placement_group: none", "placement_group: no"), "capacity.placement_group = False"),
 ]
 
 
@@ -360,7 +360,7 @@ def test_cdk_app_refuses_a_duplicate_key_in_one_line(tmp_path):
     """`make synth PROFILE=FILE` runs `python3 app.py` (cdk.json "app"); the CDK CLI prints the app's
     stderr and then its own "Subprocess exited with error 2", so the app itself must print just the line."""
     bad = tmp_path / "dup.yaml"
-    bad.write_text(DEFAULT_TEXT.replace("  placement_group: cluster", "  placement_group: none\n  placement_group: cluster"))
+    bad.write_text(DEFAULT_TEXT.replace("  placement_group: none", "  placement_group: cluster\n  placement_group: none"))
     env = {"CDK_CONTEXT_JSON": json.dumps({"profile": str(bad)}), "CDK_OUTDIR": str(tmp_path / "out"), "PATH": os.environ["PATH"]}
     result = _run(["app.py"], env=env, cwd=profile_files.ROOT)
     assert result.returncode == 2

@@ -94,13 +94,15 @@ def test_rehearsal_node_groups_are_on_demand_without_capacity_block_resources(re
 
 
 def test_rehearsal_launch_template_is_the_blocks_minus_market_options(rehearsal_kit, kit):
-    """Same shape (interface kinds and security-group pattern, user data, root volume, metadata, placement): only
-    the instance type, the per-instance interface count and the market options differ."""
+    """Same shape (interface kinds and security-group pattern, user data, root volume, metadata): only the instance
+    type, the per-instance interface count, the market options and the placement differ. The placement differs on
+    purpose: EC2 places a block's instances together, so the block has no placement group, while on demand a cluster
+    placement group is what keeps the rehearsal's instances close (pdkit/model/plan.py _placement_group)."""
 
     def shape(k: Any) -> dict[str, Any]:
         (template,) = _resources(k, "capacity", "AWS::EC2::LaunchTemplate").values()
         data = normalize(dict(template["Properties"]["LaunchTemplateData"]))
-        for key in ("InstanceType", "InstanceMarketOptions", "CapacityReservationSpecification"):
+        for key in ("InstanceType", "InstanceMarketOptions", "CapacityReservationSpecification", "Placement"):
             data.pop(key, None)
         data["NetworkInterfaces"] = sorted(
             {
@@ -111,6 +113,10 @@ def test_rehearsal_launch_template_is_the_blocks_minus_market_options(rehearsal_
         return data
 
     assert shape(rehearsal_kit) == shape(kit)
+    (rehearsal,) = _resources(rehearsal_kit, "capacity", "AWS::EC2::LaunchTemplate").values()
+    (block,) = _resources(kit, "capacity", "AWS::EC2::LaunchTemplate").values()
+    assert "Placement" in rehearsal["Properties"]["LaunchTemplateData"]
+    assert "Placement" not in block["Properties"]["LaunchTemplateData"]
 
 
 @pytest.mark.parametrize(

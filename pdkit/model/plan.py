@@ -224,6 +224,75 @@ class FunctionConcurrency:
 
 
 @dataclass(frozen=True)
+class RepairOverride:
+    """One EKS node auto repair override: when the node monitoring agent sets `condition` false with `reason` for
+    `wait_minutes`, do `action` (EKS API NodeRepairConfigOverrides; every field is required once one is set)."""
+
+    condition: str
+    reason: str
+    wait_minutes: int
+    action: Literal["Reboot", "Replace", "NoAction"]
+    why: str
+
+
+@dataclass(frozen=True)
+class NodeRepair:
+    """EKS node auto repair on the GPU node groups (EKS API NodeRepairConfig; runbooks/01-cluster.md, "Node auto repair")."""
+
+    max_parallel_nodes: int  # maxParallelNodesRepairedCount
+    max_unhealthy_nodes: int  # maxUnhealthyNodeThresholdCount: above it, repairs stop
+    overrides: tuple[RepairOverride, ...]
+
+
+# EKS stops repairing a managed node group only when it has more than five nodes and more than 20% are unhealthy
+# (https://docs.aws.amazon.com/eks/latest/userguide/node-repair.html): a 2-node GPU group would be repaired without
+# limit, both nodes at once. A Replace terminates the instance, and a terminated Capacity Block instance can be
+# replaced only after "several minutes to clean up" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html),
+# minutes of a paid block with the role down. So: one repair at a time; more than one unhealthy node in a group is
+# taken as a common cause (image, driver, fabric) that replacing instances cannot fix, and left to the operator; and
+# Reboot wherever a reboot clears the condition the agent reports. EKS's defaults already reboot for the GPU memory
+# and engine XIDs (13, 31, 48, 63, 64, 94, 95) and replace for hardware faults (XID 74 NVLink, 79 off the bus,
+# 140, double-bit and NVLink errors, interfaces down), which stay as they are
+# (https://docs.aws.amazon.com/eks/latest/userguide/node-health-nma.html). The overrides below turn Replace into
+# Reboot for conditions of firmware or software state, with EKS's own wait before acting (10 min for accelerated
+# hardware, 30 min otherwise: node-repair.html).
+GPU_NODE_REPAIR = NodeRepair(
+    max_parallel_nodes=1,
+    max_unhealthy_nodes=1,
+    overrides=(
+        RepairOverride(
+            "AcceleratedHardwareReady",
+            "NvidiaXID119Error",
+            10,
+            "Reboot",
+            "GSP RPC timeout, 'possibly due to firmware issues': a reboot restarts the GPU System Processor firmware",
+        ),
+        RepairOverride(
+            "AcceleratedHardwareReady",
+            "NvidiaXID120Error",
+            10,
+            "Reboot",
+            "GSP error: the GPU System Processor firmware, reinitialised by a reboot",
+        ),
+        RepairOverride(
+            "NetworkingReady", "IPAMDNotRunning", 30, "Reboot", "the VPC CNI process is not running: a process, which a reboot starts again"
+        ),
+        RepairOverride(
+            "NetworkingReady", "IPAMDNotReady", 30, "Reboot", "IPAMD cannot reach the API server: the CNI's state, reset by a reboot"
+        ),
+        RepairOverride("KernelReady", "ForkFailedOutOfPIDs", 30, "Reboot", "out of PIDs or memory (zombie processes): a reboot frees them"),
+        RepairOverride(
+            "ContainerRuntimeReady",
+            "PodStuckTerminating",
+            30,
+            "Reboot",
+            "a pod stuck in the container runtime: a reboot clears the CRI state",
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
 class RootVolume:
     """The GPU launch template's root volume. With the custom AMI it holds the pre-pulled serving image, so it is
     initialized from the snapshot at a provisioned rate instead of block by block on first read."""
@@ -304,7 +373,9 @@ class Plan:
     reservation_is_placeholder: bool
     instance: InstanceType
     instance_count: int
+    # "cluster" or "none" (_placement_group); what the plan report warns about the choice.
     placement_group: str
+    placement_warnings: tuple[str, ...]
     efa_devices_per_node: int
     model: Model
     roles: dict[str, RolePlan]
@@ -328,6 +399,7 @@ class Plan:
     public_subnet_mask: int
     estimates: Estimates
     gpu_root_volume: RootVolume
+    gpu_node_repair: NodeRepair  # EKS node auto repair on the GPU node groups (GPU_NODE_REPAIR)
     gpu_pod: GpuPod
     function_concurrency: FunctionConcurrency
     # Pod Security level the serving namespace enforces: "baseline" unless hostNetwork or a role's
@@ -419,7 +491,8 @@ def _build(p: Profile, path: str) -> Plan:
         reservation_is_placeholder=p.capacity.reservation_id == PLACEHOLDER_RESERVATION,
         instance=instance,
         instance_count=p.capacity.instance_count,
-        placement_group=p.capacity.placement_group,
+        placement_group=_placement_group(p),
+        placement_warnings=_placement_warnings(p),
         efa_devices_per_node=efa,
         model=model,
         roles=roles,
@@ -445,6 +518,7 @@ def _build(p: Profile, path: str) -> Plan:
         public_subnet_mask=PUBLIC_SUBNET_MASK,
         estimates=_estimates(p, roles, model),
         gpu_root_volume=_gpu_root_volume(p.ami.source),
+        gpu_node_repair=GPU_NODE_REPAIR,
         gpu_pod=GpuPod(
             cpu=int(instance.vcpus * POD_SHARE_OF_NODE),
             memory_mib=int(instance.memory_mib * POD_SHARE_OF_NODE),
@@ -699,6 +773,30 @@ def _purchase(p: Profile) -> PurchasePlan | None:
         earliest_start=buy.earliest_start,
         latest_end=buy.latest_end,
     )
+
+
+def _placement_group(p: Profile) -> Literal["cluster", "none"]:
+    """The block's own placement unless the profile asks for a placement group: a Capacity Block's instances "are
+    automatically placed close together inside EC2 UltraClusters" (EC2 API_CapacityBlock), AWS ParallelCluster refuses
+    a placement group with a Capacity Block at error level (aws/aws-parallelcluster#6311) and stopped suggesting one
+    (#6324), and eksctl#7949 saw one cut a reservation's usable instances. An on-demand rehearsal has no block to
+    place it, so it keeps a cluster placement group (EC2's way to get instances close on demand)."""
+    chosen = p.capacity.placement_group
+    if chosen is not None:
+        return chosen
+    return "none" if p.capacity.market == "capacity-block" else "cluster"
+
+
+def _placement_warnings(p: Profile) -> tuple[str, ...]:
+    if p.capacity.market == "capacity-block" and _placement_group(p) == "cluster":
+        return (
+            "capacity.placement_group is cluster on a Capacity Block: EC2 already places a block's instances together, and a "
+            "placement group can leave some of the paid instances unlaunchable (AWS ParallelCluster refuses the combination, "
+            "aws/aws-parallelcluster#6311; eksctl#7949). It shows only when the block starts, as InsufficientInstanceCapacity "
+            "on the node groups. Fix: remove capacity.placement_group (or set none); the delivery notification checks the "
+            "block's own placement",
+        )
+    return ()
 
 
 def _market(p: Profile) -> Literal["capacity-block", "on-demand"]:

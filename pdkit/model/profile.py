@@ -91,7 +91,15 @@ class Capacity(_Section):
     duration_hours: int = Field(default=24, description="Block length to search offerings for.")
     expected_start: datetime | None = None
     minimum_serving_hours: float = Field(default=4, gt=0, description="Preflight fails if less block time is left.")
-    placement_group: Literal["cluster", "none"] = "cluster"
+    placement_group: Literal["cluster", "none"] | None = Field(
+        default=None,
+        description=(
+            "cluster: a cluster placement group in the GPU launch template; none: no placement group. Default: none on a "
+            "Capacity Block, whose instances EC2 already places together (checked at delivery from the instance topology), "
+            "cluster on an on-demand rehearsal. cluster on a block risks launching fewer instances than you paid for, "
+            "and that shows only when the block starts (aws/aws-parallelcluster#6311, eksctl#7949)."
+        ),
+    )
     efa_devices: int | None = Field(default=None, description="EFA devices per node; default: all the instance has.")
     hourly_price_usd: float | None = Field(default=None, gt=0, description="Per instance-hour, for cost estimates.")
     market: Literal["capacity-block", "on-demand"] = Field(

@@ -29,7 +29,7 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
         else f"  On-demand        {plan.instance_count} x {it.name} in {plan.block_az} ({plan.region}), no reservation: "
         f"a rehearsal of {plan.rehearses or 'a block profile'} (runbooks/00b-rehearsal.md)",
         f"  Per node         {it.gpus} x {it.gpu_model} ({it.gpu_memory_gb:.1f} GB each), {plan.efa_devices_per_node} EFA devices on {it.network_cards} network cards, {it.nvme_gb / 1000:.1f} TB NVMe",
-        f"  Placement group  {plan.placement_group}",
+        f"  Placement group  {_placement(plan)}",
         f"  Network          private subnets in {', '.join(plan.availability_zones)}; GPU nodes only in {plan.block_az}",
         f"  Model            {m.id}: {m.total_params_b:g}B total / {m.active_params_b:g}B active, {m.routed_experts} experts top-{m.experts_per_token}, {m.moe_layers} MoE layers, ~{m.checkpoint_gb:g} GB of weights",
         "",
@@ -61,8 +61,19 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
             "  Warning: cluster.admin_principal_arns is empty. The cluster grants no one admin (creator admin is off on purpose),",
             "  so kubectl and `pdkit status` will be refused. Add your role ARN, e.g. arn:aws:iam::<account>:role/<your-role>.",
         ]
+    for warning in plan.placement_warnings:
+        lines += ["", f"  Warning: {warning}."]
     lines += ["", f"Next: {next_step}"]
     return "\n".join(lines)
+
+
+def _placement(plan: Plan) -> str:
+    """How the placement the user asked for is met (README, "Placement")."""
+    if plan.placement_group == "cluster":
+        return "cluster (a cluster placement group in the GPU launch template)"
+    if plan.market == "capacity-block":
+        return "none: the block's own (EC2 places a Capacity Block's instances together; checked at delivery from the instance topology)"
+    return "none"
 
 
 def _memory_lines(plan: Plan) -> list[str]:
