@@ -289,6 +289,10 @@ class Aws:
             self.stubs["ec2"].add_response(
                 "create_tags", {}, {"Resources": [RID], "Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": NOW.isoformat()}]}
             )
+        if target and current != target:
+            self.stubs["ec2"].add_response(
+                "create_tags", {}, {"Resources": [RID], "Tags": [{"Key": block_lifecycle.SCALED_UP_TAG, "Value": NOW.isoformat()}]}
+            )
         if current != target:
             for name in GROUPS:
                 self.stubs["eks"].add_response(

@@ -141,6 +141,11 @@ class Clients:
                 {"nodegroup": {"nodegroupName": name, "scalingConfig": {"minSize": 0, "maxSize": 2, "desiredSize": current}}},
                 {"clusterName": "c", "nodegroupName": name},
             )
+        if target and current != target:
+            # A scale-up this function made leaves its marker on the reservation (block_lifecycle.SCALED_UP_TAG).
+            self.stubs["ec2"].add_response(
+                "create_tags", {}, {"Resources": [RID], "Tags": [{"Key": block_lifecycle.SCALED_UP_TAG, "Value": NOW.isoformat()}]}
+            )
         for name in GROUPS:
             if current != target:
                 self.stubs["eks"].add_response(
@@ -410,12 +415,18 @@ def test_an_active_block_with_its_node_groups_at_0_is_scaled_up_by_the_check(env
             {"State": "active", "Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": "2026-12-01T11:00:00+00:00"}]},
             (0, 0),
         ),
+        (
+            "scaled up before, down by hand since (marker)",
+            {"State": "active", "Tags": [{"Key": block_lifecycle.SCALED_UP_TAG, "Value": "2026-12-01T09:00:00+00:00"}]},
+            (0, 0),
+        ),
     ],
 )
 def test_the_check_scales_up_only_an_active_undrained_block_outside_the_lead_with_every_group_at_0(env, why, found, desired):
     """Every combination that must NOT scale up: no update, no topology call, no notification, nothing in Kubernetes.
     A drained block stays down even when an extension moves its end out of the lead (the marker says a drain
-    happened); `pdkit nodes up` brings it back on purpose."""
+    happened), and groups scaled to 0 after the kit scaled them up (`pdkit nodes down` before a `make deploy`) stay
+    down; `pdkit nodes up` brings them back on purpose."""
     c = Clients()
     c.reservation(**found)
     if found["State"] == "active":
@@ -425,11 +436,12 @@ def test_the_check_scales_up_only_an_active_undrained_block_outside_the_lead_wit
     assert c.kube.calls == []
 
 
-def test_the_marker_is_read_from_the_tag_only():
-    """Other tags on the block (EC2's own incremental-quantity tag, the purchase's) are not a drain."""
+def test_the_markers_are_read_from_their_tags_only():
+    """Other tags on the block (EC2's own incremental-quantity tag, the purchase's) are neither a scale-up nor a drain."""
     found = _reservation(Tags=[{"Key": "aws:ec2capacityreservation:incrementalRequestedQuantity", "Value": "4"}])
-    assert block_lifecycle.drained_at(found) is None
-    assert block_lifecycle.drained_at(found | {"Tags": [{"Key": block_lifecycle.DRAINED_TAG, "Value": "t"}]}) == "t"
+    assert block_lifecycle.held(found) is None
+    for key in (block_lifecycle.DRAINED_TAG, block_lifecycle.SCALED_UP_TAG):
+        assert block_lifecycle.held(found | {"Tags": [{"Key": key, "Value": "t"}]}) == key
 
 
 def test_a_drain_tags_the_reservation_before_serving_goes():
@@ -439,6 +451,19 @@ def test_a_drain_tags_the_reservation_before_serving_goes():
     c.stubs["ec2"].activate()
     assert block_lifecycle._mark_drained(c.ec2, RID, NOW) == ""
     c.stubs["ec2"].assert_no_pending_responses()
+
+
+def test_a_scale_up_marks_the_block_so_the_check_scales_it_up_once(env):
+    """Delivered (or the catch-up) leaves SCALED_UP_TAG: the catch-up is at most once per block, like the event."""
+    c = Clients()
+    c.reservation(State="active")
+    _catch_up(c)  # its create_tags stub wants SCALED_UP_TAG on this block
+    assert c.run(TICK)["action"] == "catch-up"
+    again = Clients()
+    again.reservation(State="active", Tags=[{"Key": block_lifecycle.SCALED_UP_TAG, "Value": NOW.isoformat()}])
+    for name in GROUPS:
+        _describe(again, name, 0)
+    assert again.run(TICK) == {"action": "none"}
 
 
 def test_a_refused_tag_never_holds_the_drain(env):

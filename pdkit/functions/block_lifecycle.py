@@ -25,11 +25,13 @@ changed a node group sends the notification.
 "Capacity Block Delivered" fires once, at the start, and EventBridge never replays it: a deploy made after
 the block started, or a Delivered event lost, would leave the GPU node groups at 0 for the whole paid block.
 So the 5-minute check also scales up (a catch-up: the same scale-up, placement and restore) when the block
-is active, outside the drain lead, every GPU node group is at 0 and no drain happened. "No drain happened" is
-read from the reservation itself: every drain first tags the Capacity Reservation with DRAINED_TAG, which the
-check's own DescribeCapacityReservations answer carries back (no other store, nothing to clean up: the tag
-lives and dies with the block, and a new block starts without it). So an extension bought after the drain
-does not bring the nodes back on its own: `pdkit nodes up` does.
+is active, outside the drain lead, every GPU node group is at 0 and the kit has neither scaled this block up nor
+drained it. Both are read from the reservation itself: a scale-up by this function tags the Capacity Reservation
+SCALED_UP_TAG, every drain first tags it DRAINED_TAG, and the check's own DescribeCapacityReservations answer
+carries the tags back (no other store, nothing to clean up: the tags live and die with the block, a new block
+starts without them). So the catch-up happens at most once per block, like the event it stands in for: node
+groups someone scaled to 0 later (`pdkit nodes down` before a `make deploy`, a drain followed by an extension)
+stay at 0 until `pdkit nodes up`.
 
 Every handler acts only on its own events: EventBridge's rules filter them, but the function can be invoked
 directly and a rule can be widened, so an event whose source, account or reservation id is not this
@@ -60,6 +62,9 @@ POLL_SECONDS = 10
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html): once it is there,
 # the periodic check never scales the block's node groups up again.
 DRAINED_TAG = "pdkit/drained-at"
+# Left by every scale-up this function makes (Delivered or the catch-up): the check then leaves the block to
+# whoever scales it next (a drain, `pdkit nodes`).
+SCALED_UP_TAG = "pdkit/scaled-up-at"
 # The envelope fields of the events this function is for: EC2's Capacity Block events
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html) and the rule's schedule
 # (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-run-lambda-schedule.html).
@@ -93,7 +98,7 @@ def handler(
     now = now or datetime.now(UTC)
     if kind in reservation.DELIVERED:
         current = _current(c["eks"], cluster, groups)
-        changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep)
+        changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep, now)
         if changed or placed != "placed":
             _notify(c["sns"], f"Capacity Block {reservation_id} delivered: scaling {_sizes(groups)} on {cluster}. {text}")
         return {"action": "scale-up", "placement": placed, "serving": restored}
@@ -113,11 +118,11 @@ def handler(
     end = found[0]["EndDate"]
     current = _current(c["eks"], cluster, groups)
     if not reservation.drain_due(end, now, int(env["DRAIN_LEAD_MINUTES"])):
-        if any(current.values()) or drained_at(found[0]):
+        if any(current.values()) or held(found[0]):
             return {"action": "none"}
         # Active, outside the drain lead, every group at 0 and never drained: the Delivered event was lost or came
         # before this function existed. EventBridge does not replay it, so the check does its work.
-        changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep)
+        changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep, now)
         if changed:
             _notify(
                 c["sns"],
@@ -163,19 +168,24 @@ def foreign(event: dict[str, Any], kind: str, *, reservation_id: str, account: s
     return None
 
 
-def drained_at(found: dict[str, Any]) -> str | None:
-    """The time a drain of this reservation left on it, None when none did."""
-    return next((t.get("Value", "") for t in found.get("Tags", []) if t.get("Key") == DRAINED_TAG), None)
+def held(found: dict[str, Any]) -> str | None:
+    """The marker (tag key) this function left on the reservation when it scaled the block up or drained it; None
+    when it has done neither."""
+    return next((str(t["Key"]) for t in found.get("Tags", []) if t.get("Key") in (SCALED_UP_TAG, DRAINED_TAG)), None)
+
+
+def _mark(ec2: Any, reservation_id: str, key: str, now: datetime) -> str:
+    """Tag the reservation with one of the markers; '' when done, else a sentence for the notification. A failure
+    never holds the scale-up or the drain: the nodes follow the block whatever the tag does."""
+    try:
+        ec2.create_tags(Resources=[reservation_id], Tags=[{"Key": key, "Value": now.isoformat()}])
+    except Exception as exc:
+        return f" The reservation could NOT be tagged {key} ({exc}): the periodic check may scale the nodes up again after they go to 0."
+    return ""
 
 
 def _mark_drained(ec2: Any, reservation_id: str, now: datetime) -> str:
-    """Tag the reservation as drained before the drain starts; '' when done, else a sentence for the notification.
-    A failure never holds the drain: the nodes must go whatever the tag does."""
-    try:
-        ec2.create_tags(Resources=[reservation_id], Tags=[{"Key": DRAINED_TAG, "Value": now.isoformat()}])
-    except Exception as exc:
-        return f" The reservation could NOT be tagged {DRAINED_TAG} ({exc}): the periodic check may scale the nodes up again if the block is extended."
-    return ""
+    return _mark(ec2, reservation_id, DRAINED_TAG, now)
 
 
 def _scale_up(
@@ -187,14 +197,17 @@ def _scale_up(
     context: Any,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    now: datetime,
 ) -> tuple[bool, str, str, str]:
     """Scale the node groups to the plan, place the nodes, restore serving; (changed, placement, serving, sentences)."""
     cluster = env["CLUSTER_NAME"]
     changed = _apply(c["eks"], cluster, groups, current, up=True)
+    # Only the invocation that changed a group marks it (as only it notifies); before the placement's long wait.
+    marked = _mark(c["ec2"], env["RESERVATION_ID"], SCALED_UP_TAG, now) if changed else ""
     spec = json.loads(env["PLACEMENT"])
     placed, where = place(c["ec2"], serving.connect, spec, _bounded(float(spec["wait_seconds"]), context), clock, sleep)
     restored, note = serving.restore()
-    return changed, placed, restored, f"{where} {note}"
+    return changed, placed, restored, f"{where} {note}{marked}"
 
 
 class Serving:
