@@ -397,8 +397,13 @@ def test_an_active_block_with_its_node_groups_at_0_is_scaled_up_by_the_check(env
     c = Clients()
     c.reservation(State="active")
     _catch_up(c)
+    messages = []
+    c.sns.meta.events.register("before-parameter-build.sns.Publish", lambda params, **_: messages.append(params["Message"]))
     assert c.run(TICK) == {"action": "catch-up", "placement": "placed", "serving": "restored"}
     assert c.kube.calls[-1] == ("scale", "ns", "ds", {"prefill": 1, "decode": 1})
+    (message,) = messages
+    assert f"Capacity Block {RID} is active but its GPU node groups were at 0" in message
+    assert "scaling g-decode to 2, g-prefill to 2 on c" in message
 
 
 @pytest.mark.parametrize(

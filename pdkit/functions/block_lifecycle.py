@@ -120,8 +120,8 @@ def handler(
     if not reservation.drain_due(end, now, int(env["DRAIN_LEAD_MINUTES"])):
         if any(current.values()) or held(found[0]):
             return {"action": "none"}
-        # Active, outside the drain lead, every group at 0 and never drained: the Delivered event was lost or came
-        # before this function existed. EventBridge does not replay it, so the check does its work.
+        # Active, outside the drain lead, every group at 0, never scaled up or drained by this function: the Delivered
+        # event was lost or came before this function existed. EventBridge does not replay it: the check does its work.
         changed, placed, restored, text = _scale_up(c, env, groups, current, serving, context, clock, sleep, now)
         if changed:
             _notify(
