@@ -12,8 +12,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from pdkit import deployment
 from pdkit.functions import block_lifecycle
-from pdkit.model import placement
+from pdkit.model import topology
 from pdkit.model.plan import ROLE_LABEL
 from pdkit.model.topology import GpuNode
 from tests.fixtures import instance_topology
@@ -44,14 +45,14 @@ def _nodes(answer):
 
 def test_instances_under_one_bottom_network_node_are_the_blocks_placement_proven():
     """The documented pair sharing nn-3333333333example: the proof holds and names the node."""
-    together, sentence = placement.block_together(_nodes(instance_topology.response(*instance_topology.TOGETHER)))
+    together, sentence = topology.block_together(_nodes(instance_topology.response(*instance_topology.TOGETHER)))
     assert together is True
     assert sentence == "Block placement: all 2 instances under one bottom network node (nn-3333333333example)."
 
 
 def test_instances_under_several_bottom_nodes_are_reported_not_hidden():
     """All four documented instances: three bottom nodes. A warning, never a failure (serving still comes back)."""
-    together, sentence = placement.block_together(_nodes(instance_topology.response()))
+    together, sentence = topology.block_together(_nodes(instance_topology.response()))
     assert together is False
     assert sentence.startswith("WARN: block placement: the 4 instances sit under 3 bottom network nodes (")
     assert "nn-1235301234example, nn-1311133311example, nn-3333333333example" in sentence
@@ -61,10 +62,10 @@ def test_an_instance_not_reported_yet_is_counted_apart():
     """EC2 leaves NetworkNodes empty for an instance that is not `running` yet (API_InstanceTopology)."""
     answer = instance_topology.response(*instance_topology.TOGETHER)
     answer["Instances"].append({"InstanceId": "i-0late", "AvailabilityZone": "us-west-2a"})
-    together, sentence = placement.block_together(_nodes(answer))
+    together, sentence = topology.block_together(_nodes(answer))
     assert together is True
     assert "(1 instance(s) without topology yet)" in sentence
-    assert placement.block_together(_nodes({"Instances": [{"InstanceId": "i-0late", "AvailabilityZone": "a"}]}))[0] is None
+    assert topology.block_together(_nodes({"Instances": [{"InstanceId": "i-0late", "AvailabilityZone": "a"}]}))[0] is None
 
 
 class _Api:
@@ -113,3 +114,13 @@ def test_the_documented_answers_next_token_is_followed():
     with stub:
         paths = block_lifecycle._topology(ec2, ids)
     assert sorted(paths) == sorted(ids)
+
+
+def test_pdkit_topology_reports_the_blocks_own_placement_too():
+    """The same check at any time, in `pdkit topology --output json` (block_shares_bottom_network_node)."""
+    plan = deployment.load(None)
+    apart = topology.analyse(plan, _nodes(instance_topology.response()))
+    assert apart.block_together is False
+    assert apart.to_dict()["block_shares_bottom_network_node"] is False
+    together = topology.analyse(plan, _nodes(instance_topology.response(*instance_topology.TOGETHER)))
+    assert together.to_dict()["block_shares_bottom_network_node"] is True

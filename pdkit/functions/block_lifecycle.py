@@ -49,7 +49,7 @@ from typing import Any
 
 from pdkit.functions import kube_api
 from pdkit.model import placement, reservation
-from pdkit.model.topology import TOPOLOGY_BATCH, GpuNode
+from pdkit.model.topology import TOPOLOGY_BATCH, GpuNode, block_together
 from pdkit.render.serving.scale import roles_patch
 
 # Reported with the placement only: the managed node group EKS labels each node with (as pdkit/render/ami.py) and
@@ -323,7 +323,7 @@ def place(
         )
     roles = "; ".join(f"{role} on {', '.join(ids) or 'none'}" for role, ids in chosen.roles.items())
     warnings = "".join(f" WARN: {w}." for w in chosen.warnings)
-    _, proof = placement.block_together(nodes)
+    _, proof = block_together(nodes)
     return "placed", f"Placement from the instance topology: {roles} (labelled {placement.PLACED_ROLE_LABEL}).{warnings} {proof}"
 
 

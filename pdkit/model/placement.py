@@ -111,28 +111,6 @@ def choose(counts: dict[str, int], nodes: list[GpuNode]) -> Placement:
     return placement
 
 
-def block_together(nodes: list[GpuNode]) -> tuple[bool | None, str]:
-    """The delivery's proof of the block's own placement: do all its instances hang off one bottom network node?
-    (True/False/None when EC2 reported no topology, a sentence for the notification.)
-
-    A Capacity Block's instances are placed close together by EC2 ("automatically placed close together inside EC2
-    UltraClusters", https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityBlock.html), which is why
-    the kit asks for no placement group on a block (README, "Placement"); this is where that claim is checked, from
-    DescribeInstanceTopology, the way the seed checked its cluster placement group: one bottom network node."""
-    reported = [n for n in nodes if n.bottom]
-    if not reported:
-        return None, "Block placement NOT checked: EC2 reported no instance topology yet (run pdkit topology once the nodes run)."
-    bottoms = sorted({n.bottom for n in reported if n.bottom})
-    unreported = len(nodes) - len(reported)
-    missing = f" ({unreported} instance(s) without topology yet)" if unreported else ""
-    if len(bottoms) == 1:
-        return True, f"Block placement: all {len(reported)} instances under one bottom network node ({bottoms[0]}){missing}."
-    return False, (
-        f"WARN: block placement: the {len(reported)} instances sit under {len(bottoms)} bottom network nodes "
-        f"({', '.join(bottoms)}){missing}; decode gets the closest ones (pdkit topology shows the distances)."
-    )
-
-
 def lifecycle_environment(plan: Plan) -> dict[str, str]:
     """What the block lifecycle Lambda needs to place the nodes: the node-group role label, nodes per role, the wait."""
     from pdkit.model.plan import ROLE_LABEL

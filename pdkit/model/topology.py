@@ -49,6 +49,8 @@ class Report:
     groups: dict[str, list[str]]
     hops: dict[str, dict[str, int | None]]
     decode_together: bool | None = None
+    # The block's own placement, checked (block_together): all instances under one bottom network node.
+    block_together: bool | None = None
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -57,6 +59,7 @@ class Report:
             "groups_by_bottom_network_node": self.groups,
             "network_nodes_between": self.hops,
             "decode_shares_bottom_network_node": self.decode_together,
+            "block_shares_bottom_network_node": self.block_together,
             "warnings": self.warnings,
         }
 
@@ -121,12 +124,34 @@ def network_nodes_between(a: GpuNode, b: GpuNode) -> int | None:
     return 2 * (len(a.network_nodes) - shared) + 1
 
 
+def block_together(nodes: list[GpuNode]) -> tuple[bool | None, str]:
+    """The delivery's proof of the block's own placement: do all its instances hang off one bottom network node?
+    (True/False/None when EC2 reported no topology, a sentence for the notification.)
+
+    A Capacity Block's instances are placed close together by EC2 ("automatically placed close together inside EC2
+    UltraClusters", https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityBlock.html), which is why
+    the kit asks for no placement group on a block (README, "Placement group"); this is where that claim is checked, from
+    DescribeInstanceTopology, the way the seed checked its cluster placement group: one bottom network node."""
+    reported = [n for n in nodes if n.bottom]
+    if not reported:
+        return None, "Block placement NOT checked: EC2 reported no instance topology yet (run pdkit topology once the nodes run)."
+    bottoms = sorted({n.bottom for n in reported if n.bottom})
+    unreported = len(nodes) - len(reported)
+    missing = f" ({unreported} instance(s) without topology yet)" if unreported else ""
+    if len(bottoms) == 1:
+        return True, f"Block placement: all {len(reported)} instances under one bottom network node ({bottoms[0]}){missing}."
+    return False, (
+        f"WARN: block placement: the {len(reported)} instances sit under {len(bottoms)} bottom network nodes "
+        f"({', '.join(bottoms)}){missing}; decode gets the closest ones (pdkit topology shows the distances)."
+    )
+
+
 def analyse(plan: Plan, nodes: list[GpuNode]) -> Report:
     groups: dict[str, list[str]] = defaultdict(list)
     for n in nodes:
         groups[n.bottom or "(not reported)"].append(n.instance_id)
     hops = {a.instance_id: {b.instance_id: network_nodes_between(a, b) for b in nodes if b is not a} for a in nodes}
-    report = Report(nodes=nodes, groups=dict(groups), hops=hops)
+    report = Report(nodes=nodes, groups=dict(groups), hops=hops, block_together=block_together(nodes)[0])
     for n in nodes:
         if n.reservation_id != plan.reservation_id:
             report.warnings.append(
