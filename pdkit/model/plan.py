@@ -779,7 +779,9 @@ def _placement_group(p: Profile) -> Literal["cluster", "none"]:
     """The block's own placement unless the profile asks for a placement group: a Capacity Block's instances "are
     automatically placed close together inside EC2 UltraClusters" (EC2 API_CapacityBlock), AWS ParallelCluster refuses
     a placement group with a Capacity Block at error level (aws/aws-parallelcluster#6311) and stopped suggesting one
-    (#6324), and eksctl#7949 saw one cut a reservation's usable instances. An on-demand rehearsal has no block to
+    (#6324), and eksctl#7949 saw one cut a reservation's usable instances (eksctl no longer adds one when a reservation
+    is set, eksctl#8220; terraform-aws-modules/terraform-aws-eks#3730 reports the same InsufficientInstanceCapacity with
+    Capacity Blocks). An on-demand rehearsal has no block to
     place it, so it keeps a cluster placement group (EC2's way to get instances close on demand)."""
     chosen = p.capacity.placement_group
     if chosen is not None:
