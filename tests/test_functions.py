@@ -517,7 +517,10 @@ def test_a_refused_tag_never_holds_the_drain(env):
     ],
 )
 def test_events_that_are_not_its_own_are_ignored_before_any_call(env, event, words):
-    """No stub has a response: any AWS or Kubernetes call would fail the test."""
+    """A direct invoke or a widened rule must not scale a paid block's node groups for another block, another
+    account or a forged source (b561709 treated any event that was not Delivered/Expiring as a tick and acted on
+    it). Events: AWS's documented examples (tests/fixtures/block_events.py). No stub has a response: any AWS or
+    Kubernetes call would fail the test."""
     c = Clients()
     result = c.run(event)
     assert result["action"] == "ignored"
