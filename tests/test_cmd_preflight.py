@@ -12,6 +12,7 @@ from pdkit.cli.main import main
 from pdkit.ops import preflight
 from tests.fixtures.addon_versions import reply as addon_versions  # AWS's documented DescribeAddonVersions example
 from tests.fixtures.cmd_support import CB, CR, NOW, PINS, profile, real_profile, stub_reservation
+from tests.fixtures.scaledown import stub_no_node_groups
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -80,6 +81,8 @@ def stub_checks(
         )
     else:
         eks.add_response("describe_cluster", {"cluster": cluster}, {"name": "glm51-2p2d"})
+    if not placeholder and not reservation_error:
+        stub_no_node_groups(aws)  # the "EKS scale-down" rows (tests/test_scaledown.py): no GPU node group yet
 
 
 def stub_node_image(aws) -> None:

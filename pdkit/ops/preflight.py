@@ -23,7 +23,7 @@ from pdkit.errors import KitError
 from pdkit.model.catalog import DATA
 from pdkit.model.plan import Plan
 from pdkit.model.reservation import DEPLOYABLE_STATES
-from pdkit.ops import addon_versions, capacity
+from pdkit.ops import addon_versions, capacity, scaledown
 from pdkit.ops.aws_clients import Aws
 from pdkit.ops.aws_errors import CREDENTIALS, RESERVATION_UNKNOWN, THROTTLED, error_code, iam_action, is_denied
 from pdkit.ops.capacity import Reservation
@@ -92,6 +92,7 @@ class Preflight:
         self._guarded("EKS add-ons", self._addons)
         self._guarded("GPU node image", self._node_image)
         self._guarded("EKS cluster", self._cluster)
+        self._guarded("EKS scale-down", lambda: scaledown.report(self.plan, self.aws, reservation, self._add, now=self.now))
         return self.checks
 
     @property
