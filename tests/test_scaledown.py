@@ -168,3 +168,19 @@ def test_preflight_row_warns_with_the_fix_when_the_action_is_stale(aws):
     scaledown.report(plan, _aws(), res, lambda *row: added.append(row), now=NOW)
     assert [(name, status) for name, status, _, _ in added] == [("EKS scale-down", "WARN")] * 2
     assert all(f"pdkit nodes up --profile {plan.profile_path}" in fix for *_, fix in added)
+
+
+def test_an_action_with_only_the_older_time_field_is_read(aws):
+    """ScheduledUpdateGroupAction carries StartTime and the older Time (botocore model; the example sets both): a reply
+    with Time alone is still compared, not taken for a missing action."""
+    plan = plan_of()
+    at = NEW_END - timedelta(minutes=40)
+    for group in GROUPS:
+        asg = asg_name(group)
+        reply = scheduled(asg, at)
+        del reply["ScheduledUpdateGroupActions"][0]["StartTime"]
+        aws("eks").add_response("describe_nodegroup", nodegroup(group), {"clusterName": "glm51-2p2d", "nodegroupName": group})
+        aws("autoscaling").add_response(
+            "describe_scheduled_actions", reply, {"AutoScalingGroupName": asg, "ScheduledActionNames": [ACTION]}
+        )
+    assert [f.verdict for f in scaledown.check(_aws(), plan, NEW_END)] == ["follows", "follows"]
