@@ -11,6 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from pdkit.render.serving.ports import ROUTER_PORT
 from stacks.policy import acknowledge, named_az
 
 # AWS Control Tower's CT.EC2.PR.19 admits only Nitro types that encrypt traffic between instances (t4g, the
@@ -26,7 +27,8 @@ class AccessHost(Construct):
             self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description="SSM access host: no inbound, HTTPS out"
         )
         self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "SSM, the EKS API and the router's load balancer")
-        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(80), "the router's internal load balancer (HTTP)")
+        # The router's Service port is its container port (pdkit/render/serving/manifests.py router_service).
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(ROUTER_PORT), "the router internal load balancer (HTTP)")
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
         role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"))
         self.instance = ec2.Instance(

@@ -13,15 +13,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pdkit import console
 from pdkit.cli.main import main
 from pdkit.model.profile import PLACEHOLDER_RESERVATION
 from tests.conftest import PURCHASE, Kit
 from tests.fixtures import cmd_support
+from tests.fixtures.addon_versions import stub_gate
 from tests.fixtures.cmd_support import profile, stub_nodegroups
 from tests.test_deploy_check import stub_template
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def addons_listed(request: pytest.FixtureRequest) -> None:
+    """deploy-check first gates the add-on pins (tests/test_addon_versions.py): EKS lists each of them here."""
+    if "aws" in request.fixturenames:
+        stub_gate(request.getfixturevalue("aws"))
+
 
 STACK = "glm51-2p2d-capacity"
 OFFERING, FEE = PURCHASE["offering_id"], PURCHASE["confirm_upfront_fee_usd"]

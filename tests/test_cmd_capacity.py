@@ -16,6 +16,7 @@ from pdkit.cli.main import main
 from pdkit.errors import KitError
 from pdkit.ops import aws_clients, purchase
 from tests.fixtures.cmd_support import CB, CR, NOW, instance, instances_page, offering, profile, real_profile, stub_reservation
+from tests.fixtures.scaledown import stub_no_node_groups
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -394,6 +395,8 @@ def test_an_extension_says_when_the_end_moves(aws, tmp_path, capsys, status, sai
     stub_extensions(aws, extension("cbeo-1"))
     aws("ec2").add_client_error("purchase_capacity_block_extension", "DryRunOperation", "ok", 412)
     aws("ec2").add_response("purchase_capacity_block_extension", {"CapacityBlockExtensions": [{"CapacityBlockExtensionStatus": status}]})
+    if status == "payment-succeeded":
+        stub_no_node_groups(aws)  # then EKS's scale-down is compared with the new end (tests/test_scaledown.py)
     assert main(["capacity", "extend", "cbeo-1", "--yes", "--profile", real_profile(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert all(words in out for words in said)

@@ -10,25 +10,14 @@ import pytest
 
 from pdkit.cli.main import main
 from pdkit.ops import preflight
+from tests.fixtures.addon_versions import reply as addon_versions  # AWS's documented DescribeAddonVersions example
 from tests.fixtures.cmd_support import CB, CR, NOW, PINS, profile, real_profile, stub_reservation
+from tests.fixtures.scaledown import stub_no_node_groups
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 PARENT = "/aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
 PROMOTED = "/pdkit/glm51-2p2d/ami/gpu"
-
-
-def addon_versions(name: str, *versions: str, default: str | None = None) -> dict[str, Any]:
-    return {
-        "addons": [
-            {
-                "addonName": name,
-                "addonVersions": [
-                    {"addonVersion": v, "compatibilities": [{"clusterVersion": "1.36", "defaultVersion": v == default}]} for v in versions
-                ],
-            }
-        ]
-    }
 
 
 def stub_checks(
@@ -92,6 +81,8 @@ def stub_checks(
         )
     else:
         eks.add_response("describe_cluster", {"cluster": cluster}, {"name": "glm51-2p2d"})
+    if not placeholder and not reservation_error:
+        stub_no_node_groups(aws)  # the "EKS scale-down" rows (tests/test_scaledown.py): no GPU node group yet
 
 
 def stub_node_image(aws) -> None:
@@ -124,7 +115,7 @@ def test_all_good_passes_with_exit_zero(aws, pins, tmp_path, capsys):
         "cb-0123456789abcdef0: ok",
         "nn-top > nn-mid > nn-bottom",
         "1536 vCPUs >= 768",
-        "v1.23.0-eksbuild.1 exists for Kubernetes 1.36",
+        "compatible with Kubernetes 1.36: coredns v1.14.3-eksbuild.11, vpc-cni v1.23.0-eksbuild.1",
         "ACTIVE, Kubernetes 1.36",
     ):
         assert words in out, words
@@ -220,16 +211,22 @@ def test_quota_falls_back_to_the_aws_default(aws, pins, tmp_path, capsys):
     assert rows(capsys)["GPU vCPU quota"]["status"] == "PASS"
 
 
-def test_addon_pin_not_offered_fails_with_the_default_to_pin(aws, pins, tmp_path, capsys):
+def test_addon_pin_not_offered_fails_with_the_newest_to_pin(aws, pins, tmp_path, capsys):
+    """The "EKS add-ons" row fails on a pin EKS does not list for the cluster version and names the newest it lists
+    (and its default); the same check gates `make deploy` (tests/test_addon_versions.py)."""
     answers = {
         "coredns": addon_versions("coredns", "v1.14.3-eksbuild.11"),
-        "vpc-cni": addon_versions("vpc-cni", "v1.24.1-eksbuild.1", "v1.22.0-eksbuild.2", default="v1.22.0-eksbuild.2"),
+        "vpc-cni": addon_versions("vpc-cni", "v1.22.0-eksbuild.2", "v1.24.1-eksbuild.1", default="v1.22.0-eksbuild.2"),
     }
     stub_checks(aws, addons=answers)
     assert main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"]) == 1
-    row = rows(capsys)["Add-on vpc-cni"]
+    row = rows(capsys)["EKS add-ons"]
     assert row["status"] == "FAIL"
-    assert row["fix"] == "pin vpc-cni: v1.22.0-eksbuild.2 in pdkit/model/data/addons.yaml"
+    assert row["detail"] == "vpc-cni v1.23.0-eksbuild.1 is not listed as compatible with Kubernetes 1.36"
+    assert row["fix"] == (
+        "pin vpc-cni: v1.24.1-eksbuild.1 (the newest EKS lists for Kubernetes 1.36; EKS's default is v1.22.0-eksbuild.2) "
+        "in pdkit/model/data/addons.yaml"
+    )
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,18 @@ import pytest
 from pdkit.cli.main import main
 from pdkit.ops import deploy_check
 from tests.conftest import Kit, synth
+from tests.fixtures.addon_versions import stub_gate
 from tests.fixtures.cmd_support import profile, stub_nodegroups
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def addons_listed(request: pytest.FixtureRequest) -> None:
+    """deploy-check first gates the add-on pins (tests/test_addon_versions.py): EKS lists each of them here."""
+    if "aws" in request.fixturenames:
+        stub_gate(request.getfixturevalue("aws"))
+
 
 STACK = "glm51-2p2d-capacity"
 GROUPS = ("glm51-2p2d-decode", "glm51-2p2d-prefill")

@@ -15,7 +15,7 @@ import yaml
 from pdkit.model import profile_files
 from pdkit.render import node_config
 from pdkit.render.serving import manifests, names
-from pdkit.render.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT
+from pdkit.render.serving.ports import ROUTER_METRICS_PORT, ROUTER_PORT
 from pdkit.render.serving.sglang_args import SGLANG_PORT
 from tests.conftest import plan_of
 from tests.fixtures.serving import of_kind, one, pod_templates, rendered

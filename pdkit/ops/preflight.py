@@ -23,7 +23,7 @@ from pdkit.errors import KitError
 from pdkit.model.catalog import DATA
 from pdkit.model.plan import Plan
 from pdkit.model.reservation import DEPLOYABLE_STATES
-from pdkit.ops import capacity
+from pdkit.ops import addon_versions, capacity, scaledown
 from pdkit.ops.aws_clients import Aws
 from pdkit.ops.aws_errors import CREDENTIALS, RESERVATION_UNKNOWN, THROTTLED, error_code, iam_action, is_denied
 from pdkit.ops.capacity import Reservation
@@ -92,6 +92,7 @@ class Preflight:
         self._guarded("EKS add-ons", self._addons)
         self._guarded("GPU node image", self._node_image)
         self._guarded("EKS cluster", self._cluster)
+        self._guarded("EKS scale-down", lambda: scaledown.report(self.plan, self.aws, reservation, self._add, now=self.now))
         return self.checks
 
     @property
@@ -397,28 +398,13 @@ class Preflight:
                 "nothing to do until it exists",
             )
             return
-        for name, pinned in sorted(pins.items()):
-            offered = self.aws.eks.describe_addon_versions(addonName=name, kubernetesVersion=version).get("addons", [])
-            versions = [v for addon in offered for v in addon.get("addonVersions", [])]
-            if any(v.get("addonVersion") == pinned for v in versions):
-                self._add(f"Add-on {name}", "PASS", f"{pinned} exists for Kubernetes {version}")
-                continue
-            default = next(
-                (
-                    v["addonVersion"]
-                    for v in versions
-                    if any(c.get("clusterVersion") == version and c.get("defaultVersion") for c in v.get("compatibilities", []))
-                ),
-                versions[0]["addonVersion"] if versions else None,
-            )
-            self._add(
-                f"Add-on {name}",
-                "FAIL",
-                f"{pinned} is not offered for Kubernetes {version}" + ("" if versions else " (EKS offers no versions of it)"),
-                f"pin {name}: {default} in pdkit/model/data/addons.yaml"
-                if default
-                else "check the add-on name: `aws eks describe-addon-versions`",
-            )
+        verdicts = addon_versions.check(self.aws.eks, pins, version)  # the deploy gate's reading (pdkit deploy-check)
+        bad = [v for v in verdicts if not v.compatible]
+        if bad:
+            self._add("EKS add-ons", "FAIL", "; ".join(v.problem() for v in bad), "; ".join(v.fix() for v in bad))
+        else:
+            pinned = ", ".join(f"{v.name} {v.pinned}" for v in verdicts)
+            self._add("EKS add-ons", "PASS", f"EKS lists every pin as compatible with Kubernetes {version}: {pinned}")
 
     def _node_image(self) -> None:
         """The SSM parameter the GPU node groups' image comes from exists here and names an available AMI."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pdkit.model.plan import Plan
     from pdkit.ops import purchase
+    from pdkit.ops.aws_clients import Aws
     from pdkit.ops.capacity import Offering, OfferingQuery
 
 
@@ -338,7 +339,36 @@ def run_extend(args: argparse.Namespace) -> int:
         f"The kit's drain follows the reservation's current end date. Check: {pdkit_command(args, 'capacity status')} "
         f"(extension payments: aws ec2 describe-capacity-block-extension-history --capacity-reservation-ids {cr} --region {aws.region})"
     )
+    _eks_scaledown_after_extension(args, plan, aws, new_end=offer.end if status == "payment-succeeded" else None)
     return 0
+
+
+def _eks_scaledown_after_extension(args: argparse.Namespace, plan: Plan, aws: Aws, *, new_end: datetime | None) -> None:
+    """EKS's own scale-down of the GPU node groups (pdkit.ops.scaledown) against the new end; advice only: the
+    extension is paid, so nothing here fails the command."""
+    from pdkit import console
+    from pdkit.cli.context import pdkit_command
+    from pdkit.ops import capacity, scaledown
+
+    preflight = pdkit_command(args, "preflight")
+    if new_end is None:
+        console.say(f"Once the payment succeeds, {preflight} compares EKS's scale-down of the GPU node groups with the new end.")
+        return
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        found = scaledown.check(aws, plan, new_end)
+    except (BotoCoreError, ClientError) as err:  # the extension is paid: a failed read is a note, not a failed command
+        console.say(f"Could not read EKS's scale-down of the GPU node groups ({err}); {preflight} checks it (row EKS scale-down).")
+        return
+    nodes_up = pdkit_command(args, "nodes up")
+    for group in found:
+        status, detail, fix = scaledown.advice(
+            group, end=new_end, now=capacity.now(), nodes_up=nodes_up, drain_minutes=plan.drain_lead_minutes
+        )
+        console.say(f"EKS scale-down {status}: {detail}." + (f" {fix}." if fix else ""))
+        if group.verdict == "stale":
+            console.say(f"  EKS may still move it: {preflight} checks it again (row EKS scale-down).")
 
 
 def _query(args: argparse.Namespace, plan: Plan) -> OfferingQuery:

@@ -29,11 +29,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
 def run(args: argparse.Namespace) -> int:
     from pdkit import console
     from pdkit.cli.context import load_plan
-    from pdkit.ops import aws_errors, deploy_check
+    from pdkit.ops import addon_versions, aws_errors, deploy_check
     from pdkit.ops.aws_clients import Aws
 
     plan = load_plan(args.profile)
     aws = Aws.for_args(args, plan)
+    addon_versions.gate(plan, aws)  # before anything is deployed: a pin EKS does not list fails the cluster stack's create
     stack = plan.stack_names["capacity"]
     with aws_errors.translated(region=aws.region):
         verdict = deploy_check.check(

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import argparse
 
+# {port}: the router's Service port, which is its container port (pdkit/render/serving/manifests.py router_service).
 FORWARDING = """\
 The router is internal. Forward it to local port 8000 first, through the SSM access host (its id is
-the cluster stack output AccessHostId) to the router's internal load balancer (port 80):
+the cluster stack output AccessHostId) to the router's internal load balancer (port {port}):
   aws ssm start-session --target <instance> --document-name AWS-StartPortForwardingSessionToRemoteHost \\
-      --parameters host=<router load balancer DNS name>,portNumber=80,localPortNumber=8000
+      --parameters host=<router load balancer DNS name>,portNumber={port},localPortNumber=8000
 or, with kubectl already working through that host (runbooks/01-cluster.md):
-  kubectl -n <serving namespace> port-forward deploy/<router deployment> 8000:<router container port>
+  kubectl -n <serving namespace> port-forward svc/<router service> 8000:{port}
 """
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     from pdkit.ops.smoke import DEFAULT_URL
+    from pdkit.render.serving.ports import ROUTER_PORT
 
     p = sub.add_parser(
         "smoke",
         parents=[common],
         help="send one chat completion through the router: TTFT, tokens/s and the answer",
-        epilog=FORWARDING,
+        epilog=FORWARDING.format(port=ROUTER_PORT),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--url", default=DEFAULT_URL, help=f"router base URL (default {DEFAULT_URL}, a local port-forward)")

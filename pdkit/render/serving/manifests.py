@@ -28,7 +28,8 @@ from pdkit.render.pod import Obj
 from pdkit.render.serving import compile_cache_objects, drain, names, role_pod
 from pdkit.render.serving.environment import fabric_env
 from pdkit.render.serving.inputs import ServingInputs
-from pdkit.render.serving.router_args import ROUTER_METRICS_PORT, ROUTER_PORT, router_argv
+from pdkit.render.serving.ports import ROUTER_METRICS_PORT, ROUTER_PORT
+from pdkit.render.serving.router_args import router_argv
 from pdkit.render.serving.sglang_args import BOOTSTRAP_PORT, DIST_INIT_PORT, SGLANG_PORT, WEIGHTS_ROOT, launch_argv, model_dir, role_env
 
 DS_API = "disaggregatedset.x-k8s.io/v1"
@@ -569,7 +570,12 @@ def router_network_policy(plan: Plan) -> Obj:
 
 
 def router_service(plan: Plan) -> Obj:
-    """Internal-only NLB from the AWS Load Balancer Controller, straight to the router pods' IPs."""
+    """Internal-only NLB from the AWS Load Balancer Controller, straight to the router pods' IPs.
+
+    The Service (and so the NLB's listener) answers on the router's container port: with the VPC CNI's network
+    policies on, "For any of your Kubernetes services, the service port must be the same as the container port"
+    (https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy.html, Considerations). The access host
+    forwards to this port, and `pdkit bench` reaches it by the Service's DNS name (pdkit/render/bench.py router_url)."""
     annotations = {
         "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
         "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
@@ -584,7 +590,7 @@ def router_service(plan: Plan) -> Obj:
         "allocateLoadBalancerNodePorts": False,
         "loadBalancerSourceRanges": [str(plan.network.vpc_cidr)],
         "selector": _router_labels(plan),
-        "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+        "ports": [{"name": "http", "port": ROUTER_PORT, "targetPort": ROUTER_PORT, "protocol": "TCP"}],
     }
     meta = _meta(plan, names.router_name(plan), "router", annotations=annotations)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}

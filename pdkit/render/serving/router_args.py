@@ -30,6 +30,7 @@ from __future__ import annotations
 from pdkit.model.images import component
 from pdkit.model.plan import Plan
 from pdkit.render.serving import names
+from pdkit.render.serving.ports import ROUTER_METRICS_PORT, ROUTER_PORT
 from pdkit.render.serving.sglang_args import SGLANG_PORT
 
 # The pin lives in containers/versions.yaml (what the image installs); conformance checks this package.
@@ -37,8 +38,6 @@ _ROUTER = component("router")
 ROUTER_PACKAGE: str = _ROUTER["package"]
 ROUTER_VERSION = str(_ROUTER["version"])
 ROUTER_MODULE: str = _ROUTER["module"]
-ROUTER_PORT = 8000
-ROUTER_METRICS_PORT = 29000
 # Minutes the router keeps waiting for workers beyond the server start-up budget (staging the weights
 # happens before the SGLang container and its probes start).
 STAGING_GRACE_MINUTES = 15
