@@ -1,4 +1,5 @@
-"""The `pdkit` operator CLI. Starts fast: never imports aws_cdk, and boto3 only inside commands that call AWS."""
+"""The `pdkit` operator CLI. Starts fast: `pdkit --help` imports no command module (pdkit.cli.commands.COMMANDS),
+a command imports only its own module, never aws_cdk, and boto3 only inside commands that call AWS."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from pdkit.cli.commands import register_all
-from pdkit.cli.context import in_context
+from pdkit.cli import commands
 from pdkit.errors import KitError
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: only the command it names is imported and registered in full. Without `argv`
+    (documentation and tests that walk every command) every command is."""
     parser = argparse.ArgumentParser(
         prog="pdkit",
         description="Operate a prefill/decode-disaggregated MoE deployment on an EC2 Capacity Block with EKS and EFA.",
@@ -29,18 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
         )
         target.add_argument("--region", default=default, help="AWS region (default: the deployment profile's aws.region)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    register_all(sub, common)
+    if argv is None:
+        commands.register_every(sub, common)
+    else:
+        commands.register(sub, common, argv)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)
     except KitError as err:
         # A fix that names a pdkit command repeats this invocation's --profile/--aws-profile/--region.
+        from pdkit.cli.context import in_context
+
         print(f"pdkit: error: {in_context(args, str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

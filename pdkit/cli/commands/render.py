@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "render",
         parents=[common],
-        help="write the serving manifests (namespace, DisaggregatedSet, router, budgets) as plain YAML",
+        help=summary("render"),
     )
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write one YAML file per object into")
     p.add_argument(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 FORWARDING = """\
 The router is internal. Forward it to local port 8000 first, through the SSM access host (its id is
 the cluster stack output AccessHostId) to the router's internal load balancer (port 80):
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "smoke",
         parents=[common],
-        help="send one chat completion through the router: TTFT, tokens/s and the answer",
+        help=summary("smoke"),
         epilog=FORWARDING,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
