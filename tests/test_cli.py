@@ -36,3 +36,17 @@ def test_profile_is_accepted_before_or_after_the_command(capsys):
     assert json.loads(capsys.readouterr().out)["instance_count"] == 8
     assert main(["--profile", "glm51-fp8-4p4d", "plan", "--profile", "glm51-fp8-2p2d", "--output", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["instance_count"] == 4, "the command's own option wins"
+
+
+def test_a_closed_stdout_pipe_is_one_line_and_a_non_zero_exit():
+    """`pdkit plan --output json | head -c 5`: the reader goes away, the next write raises BrokenPipeError; one line on
+    stderr and exit 1, and no second error from the interpreter's flush at exit (the Python docs' recipe,
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    run = subprocess.Popen([sys.executable, "-m", "pdkit", "plan", "--output", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert run.stdout is not None
+    assert run.stderr is not None
+    run.stdout.read(5)
+    run.stdout.close()
+    err = run.stderr.read().decode()
+    assert run.wait() == 1
+    assert err == "pdkit: error: standard output closed before the command finished writing (a pipe such as `| head`)\n"

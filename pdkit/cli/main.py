@@ -4,6 +4,7 @@ a command imports only its own module, never aws_cdk, and boto3 only inside comm
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -53,6 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pdkit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (`pdkit preflight --output json | head`). As the Python docs advise, point
+        # stdout at devnull so the interpreter's own flush at exit cannot raise again, and exit non-zero
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        print("pdkit: error: standard output closed before the command finished writing (a pipe such as `| head`)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
