@@ -17,8 +17,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from pdkit.errors import KitError
-
 # Without a terminal rich assumes 80 columns and wraps table cells; logs and CI read better unwrapped.
 _PIPE_WIDTH = 200
 STATUS_STYLE = {"PASS": "green", "OK": "green", "WARN": "yellow", "WAIT": "yellow", "FAIL": "bold red"}
@@ -92,15 +90,8 @@ def interactive() -> bool:
 
 
 def ask(prompt: str) -> str:
-    """The typed answer. Every prompt of the kit comes before the action it guards, so an end of input (Ctrl-D, a
-    closed stdin) is an answer too: nothing was done, and the command ends in one line instead of EOFError."""
-    try:
-        return input(prompt)
-    except EOFError:
-        print()  # the prompt's line on stdout ends here, so the error starts on its own line
-        raise KitError(
-            "input ended at the prompt (Ctrl-D or a closed stdin) before an answer; nothing was done. Fix: run the command again and type the answer"
-        ) from None
+    """The typed answer; EOFError at an end of input, which pdkit.cli.main answers in one line (nothing was done)."""
+    return input(prompt)
 
 
 def when(moment: datetime | None) -> str:

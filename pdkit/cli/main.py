@@ -54,6 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pdkit: interrupted", file=sys.stderr)
         return 130
+    except EOFError:
+        # Ctrl-D or a closed stdin at a prompt (console.ask). Every prompt of the kit comes before the action it guards.
+        print()  # the prompt's line on stdout ends here, so the error starts on its own line
+        print(
+            "pdkit: error: input ended at the prompt (Ctrl-D or a closed stdin) before an answer; nothing was done. "
+            "Fix: run the command again and type the answer",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:
         # The reader of stdout went away (`pdkit preflight --output json | head`). As the Python docs advise, point
         # stdout at devnull so the interpreter's own flush at exit cannot raise again, and exit non-zero
