@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     plan = load_plan(args.profile)
     model = args.model or plan.served_model_name
-    result = smoke.chat(args.url, model=model, prompt=args.prompt, max_tokens=args.max_tokens, timeout=args.timeout)
+    result = smoke.chat(
+        args.url, model=model, prompt=args.prompt, max_tokens=args.max_tokens, timeout=args.timeout, waiting=console.waiting
+    )
     if args.output == "json":
         console.print_json(result.to_dict())
         return 0
