@@ -60,7 +60,8 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[object]], *, title: st
         _records(console, columns, body, title=title)
     else:
         t = Table(title=title, title_justify="left", header_style="bold", show_header=any(columns))
-        for name, width in zip(columns, widths or [None] * len(columns), strict=True):
+        fixed: list[int | None] = list(widths) if widths else [None] * len(columns)
+        for name, width in zip(columns, fixed, strict=True):
             t.add_column(name, overflow="fold", width=width)
         for texts in body:
             # Text, not markup: AWS messages and ids may contain [brackets] that rich would swallow.
