@@ -56,7 +56,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[object]], *, title: st
 
     body = [[cell(c) for c in row] for row in rows]
     widths = _widths(columns, body, console.width)
-    if widths is None and any(columns):
+    if widths is None:
         _records(console, columns, body, title=title)
     else:
         t = Table(title=title, title_justify="left", header_style="bold", show_header=any(columns))
@@ -91,9 +91,15 @@ def _widths(columns: Sequence[str], body: list[list[str]], available: int) -> li
 
 
 def _records(console: Console, columns: Sequence[str], body: list[list[str]], *, title: str | None) -> None:
-    """The narrow-terminal layout: one block per row, `column: value` per line, never a word broken by rich."""
+    """The narrow-terminal layout, never a word broken by rich: with headers, one block per row of `column: value`
+    lines; without (a key-value table such as `capacity status`), one `key  value` line per row."""
     if title:
         console.print(title, markup=False, soft_wrap=True)
+    if not any(columns):
+        label = max((len(r[0]) for r in body), default=0)
+        for key, *rest in body:
+            console.print(f"  {key:<{label}}  {'  '.join(rest)}", markup=False, soft_wrap=True)
+        return
     label = max(len(c) for c in columns)
     for row in body:
         console.print()

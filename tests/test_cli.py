@@ -96,3 +96,13 @@ def test_a_table_that_fits_keeps_its_table_layout(monkeypatch, capsys):
     console.table(("", ""), [("reservation", IDS[0]), ("state", "active: instances can launch")])
     out = capsys.readouterr().out
     assert f"│ reservation │ {IDS[0]}" in out
+
+
+def test_a_key_value_table_too_narrow_for_its_words_keeps_them_whole(monkeypatch, capsys):
+    """`capacity status` prints a headerless key-value table; an ARN wider than the terminal allows stays one word."""
+    from pdkit import console
+
+    monkeypatch.setattr(console, "_PIPE_WIDTH", 40)
+    console.table(("", ""), [("reservation", IDS[0]), ("admin", IDS[3])], title="Capacity Block")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["Capacity Block", f"  reservation  {IDS[0]}", f"  admin        {IDS[3]}"]
