@@ -111,7 +111,7 @@ def test_no_credentials_is_one_line(offline_aws, monkeypatch, tmp_path, capsys):
 
 def test_unknown_aws_profile_is_one_line(offline_aws, tmp_path, capsys):
     assert main(["capacity", "status", "--profile", real_profile(tmp_path), "--aws-profile", "nope"]) == 2
-    assert "'nope' not found" in capsys.readouterr().err
+    assert "'nope' (from --aws-profile) not found" in capsys.readouterr().err
 
 
 def test_region_override_and_aws_profile_reach_the_client_factory(aws, tmp_path, capsys):
@@ -132,3 +132,62 @@ def test_throttling_names_the_iam_action_of_eks_calls():
     kit = aws_errors.explain(err, region=REGION)
     assert kit is not None
     assert "eks:DescribeNodegroup" in str(kit)
+
+
+# The services the kit's commands make clients for (pdkit/ops): each one's endpoint variable as botocore spells it.
+KIT_SERVICES = ("ec2", "eks", "sts", "cloudformation", "service-quotas", "autoscaling", "ssm", "s3", "ecr", "secretsmanager")
+
+
+@pytest.mark.parametrize("service", KIT_SERVICES)
+def test_endpoint_variable_names_are_the_ones_botocore_reads(service):
+    """Checked against botocore's own resolver (configprovider.ConfiguredEndpointProvider), not a spelling of ours:
+    with only our service variable set, botocore resolves the client's endpoint from it, and from no other."""
+    from botocore.configprovider import ConfiguredEndpointProvider
+
+    mine, everyone = aws_errors.endpoint_variables(service)
+    assert everyone == "AWS_ENDPOINT_URL"
+    provider = ConfiguredEndpointProvider(full_config={}, scoped_config={}, client_name=service, environ={mine: "http://127.0.0.1:1"})
+    assert provider.provide() == "http://127.0.0.1:1"
+    other = ConfiguredEndpointProvider(
+        full_config={}, scoped_config={}, client_name="ec2" if service != "ec2" else "sts", environ={mine: "http://x"}
+    )
+    assert other.provide() is None
+
+
+def test_an_sts_failure_never_blames_another_services_endpoint_variable(offline_aws, monkeypatch):
+    """AWS_ENDPOINT_URL_EC2 (an EC2 stand-in) cannot have sent an STS call anywhere: the region's STS endpoint failed,
+    so the hint is the region and the network. Before, the first AWS_ENDPOINT_URL* set was blamed whatever the call."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:4566")
+    kit = aws_errors.explain(EndpointConnectionError(endpoint_url="https://sts.eu-south-2.amazonaws.com/"), region=REGION)
+    assert kit is not None
+    assert "AWS_ENDPOINT_URL_EC2" not in str(kit)
+    assert "the region 'eu-south-2' may not exist" in str(kit)
+    # The variable that did send it is named: here the STS one, and the global one only when it holds that URL.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:4567")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:4568")
+    kit = aws_errors.explain(EndpointConnectionError(endpoint_url="http://127.0.0.1:4567/"), region=REGION)
+    assert "the endpoint comes from AWS_ENDPOINT_URL_STS=http://127.0.0.1:4567" in str(kit)
+    kit = aws_errors.explain(EndpointConnectionError(endpoint_url="http://127.0.0.1:4568"), region=REGION)
+    assert "the endpoint comes from AWS_ENDPOINT_URL=http://127.0.0.1:4568" in str(kit)
+
+
+@pytest.mark.parametrize("value", ["localhost:4566", "http://[::1", "http://exa mple"])
+def test_a_malformed_endpoint_variable_is_one_line_naming_it(offline_aws, monkeypatch, tmp_path, capsys, value):
+    """botocore raises a bare ValueError ("Invalid endpoint: ...") when it makes the client; through the real CLI
+    that is one line naming the variable and the fix, exit 2."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", value)
+    assert main(["capacity", "status", "--profile", real_profile(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"AWS_ENDPOINT_URL_EC2={value} is not an endpoint URL botocore accepts" in err
+    assert "Traceback" not in err
+
+
+def test_an_unknown_aws_profile_from_the_environment_says_so(offline_aws, monkeypatch, tmp_path, capsys):
+    """No --aws-profile was typed: the name came from AWS_PROFILE, and "drop --aws-profile" would be no fix."""
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    assert main(["capacity", "status", "--profile", real_profile(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "'nope' not found; it comes from AWS_PROFILE in your environment" in err
+    assert "drop --aws-profile" not in err

@@ -161,6 +161,18 @@ def test_buy_needs_the_typed_fee(aws, monkeypatch, capsys, typed):
     assert f"Bought {CR}" in captured.out if bought else "nothing was bought" in captured.err
 
 
+def test_end_of_input_at_the_fee_prompt_buys_nothing_in_one_line(aws, monkeypatch, capsys):
+    """Ctrl-D at the typed-fee prompt: input() raises EOFError (https://docs.python.org/3/library/functions.html#input),
+    a traceback before; now one line, exit 2, and no purchase (none is stubbed, so one would fail the test)."""
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1")
+    monkeypatch.setattr(console, "interactive", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: (_ for _ in ()).throw(EOFError))
+    assert main(["capacity", "buy", "cbr-1"]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("pdkit: error: input ended at the prompt (Ctrl-D or a closed stdin) before an answer; nothing was done")
+
+
 def test_buy_stops_when_the_dry_run_is_refused(aws, capsys):
     """UnauthorizedOperation on the dry run: one line naming the IAM action; no purchase, no prompt."""
     stub_offerings(aws, offering("cbr-1"))

@@ -182,7 +182,7 @@ def test_topology_without_nodes(aws, where, capsys):
 
 def test_render(where, tmp_path, capsys):
     out = tmp_path / "serving"
-    assert main(["render", "--out", str(out), "--registry", REGISTRY, "--weights-bucket", "b", *where]) == 0
+    assert main(["render", "--out", str(out), "--registry", REGISTRY, "--weights-bucket", "glm51-2p2d-weights-bucket", *where]) == 0
     assert printed_command(capsys.readouterr().out, "then `", where)[1:2] == ["status"]
 
 

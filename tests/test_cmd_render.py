@@ -82,3 +82,66 @@ def test_weights_import_render_refuses_without_registry_and_bucket(aws, monkeypa
     assert f"{REGISTRY}/glm51-2p2d/sglang-efa:" in out
     assert BUCKET in out
     assert aws.requested == [], "--render calls no AWS API"
+
+
+# --- where render writes, and names the services refuse ------------------------------------------------------
+
+
+def test_render_onto_a_file_is_one_line(tmp_path, capsys):
+    """`--out` naming an existing file: mkdir raised FileExistsError, a traceback; and a path below a file (whose
+    mkdir fails with NotADirectoryError even as root, where a read-only directory would not stop anyone)."""
+    target = tmp_path / "serving.yaml"
+    target.write_text("not a directory\n")
+    for out in (target, target / "sub"):
+        code = main(["render", "--out", str(out), "--registry", REGISTRY, "--weights-bucket", BUCKET])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert err.count("\n") == 1, err
+        assert err.startswith(f"pdkit: error: cannot write the manifests into --out {out}")
+        assert "Fix: --out DIR, a directory you can write" in err
+    assert target.read_text() == "not a directory\n"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "words"),
+    [
+        # S3's own rules: https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
+        ("--weights-bucket", "Glm51-Weights", "lowercase letters, digits, dots or hyphens"),
+        ("--weights-bucket", "ab", "3-63"),
+        ("--weights-bucket", "glm51..weights", "two adjacent periods"),
+        ("--weights-bucket", "192.168.5.4", "formatted as an IP address"),
+        ("--weights-bucket", "xn--weights", "'xn--', which S3 reserves"),
+        ("--weights-bucket", "weights-s3alias", "'-s3alias', which S3 reserves"),
+        # The reference grammar runtimes parse (distribution/reference, reference.go).
+        ("--registry", "https://123456789012.dkr.ecr.eu-south-2.amazonaws.com", "URL scheme"),
+        ("--registry", "registry.example.com/Team", "lowercase path components"),
+        ("--image", "registry.example.com/pdkit/SGLang:1", "repository in lowercase"),
+        ("--router-image", "registry.example.com/pdkit/router:bad tag", "not an image reference"),
+    ],
+)
+def test_render_refuses_names_the_service_would_refuse(tmp_path, capsys, flag, value, words):
+    """Refused before anything is written: a manifest naming such a bucket or image applies and then fails at the first
+    S3 read or image pull."""
+    args = {"--registry": REGISTRY, "--weights-bucket": BUCKET, flag: value}
+    out = tmp_path / "serving"
+    assert main(["render", "--out", str(out), *[x for kv in args.items() for x in kv]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"pdkit: error: {flag} {value!r} ")
+    assert words in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "123456789012.dkr.ecr.eu-south-2.amazonaws.com/pdkit/sglang-efa:0.5.23-abc123",
+        "localhost:5000/sglang",
+        "registry.example.com/team/router@sha256:" + "a" * 64,
+        "[::1]:5000/x/y:tag",
+    ],
+)
+def test_render_accepts_what_runtimes_parse(tmp_path, capsys, reference):
+    out = tmp_path / "serving"
+    assert main(["render", "--out", str(out), "--image", reference, "--router-image", reference, "--weights-bucket", BUCKET]) == 0
+    assert out.is_dir()

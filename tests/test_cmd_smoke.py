@@ -149,3 +149,26 @@ def test_a_local_port_forward_bypasses_http_proxy(router, monkeypatch, capsys):
     router.chunks = [delta("ok", finish="stop")]
     assert main(["smoke", "--url", router.url]) == 0
     assert "Answer: ok" in capsys.readouterr().out
+
+
+def test_a_slow_router_is_told_from_an_unreachable_one(router, capsys, monkeypatch):
+    """The router accepted the connection and sent no token within --timeout: it is up but slow, and the fix is
+    `pdkit status` and a longer --timeout, not a port-forward (the message before blamed reachability)."""
+    from pdkit.ops import smoke
+
+    monkeypatch.setattr(smoke, "WAIT_NOTICE_AFTER", 0.1)
+    router.delay = 2.0
+    router.chunks = [delta("late", finish="stop")]
+    assert main(["smoke", "--url", router.url, "--timeout", "0.5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    # Not a terminal: the wait is one line on stderr (console.waiting), then the error.
+    assert err[0].startswith(f"Waiting for the first token from {router.url}/v1/chat/completions (up to 0.5 s")
+    assert err[-1].startswith(f"pdkit: error: the router at {router.url}/v1/chat/completions accepted the connection but sent nothing")
+    assert "it is up but slow" in err[-1]
+    assert "cannot reach" not in err[-1]
+
+
+def test_a_quick_answer_prints_no_waiting_line(router, capsys):
+    router.chunks = [delta("ok", finish="stop")]
+    assert main(["smoke", "--url", router.url]) == 0
+    assert "Waiting" not in capsys.readouterr().err

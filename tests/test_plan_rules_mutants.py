@@ -137,8 +137,8 @@ LINES = [
     (
         "api-open-to-the-internet",
         ("cluster.endpoint_access", "public_and_private", "cluster.public_access_cidrs", ["10.0.0.0/8", "0.0.0.0/0"]),
-        "cluster.public_access_cidrs = ['0.0.0.0/0']: opens the Kubernetes API to the whole internet. "
-        "Fix: list specific CIDRs, or keep the endpoint private and use the SSM access host",
+        "cluster.public_access_cidrs = ['10.0.0.0/8', '0.0.0.0/0']: together open the Kubernetes API to 4,294,967,296 addresses "
+        "(the whole internet). Fix: list your office/VPN CIDRs, or keep the endpoint private and use the SSM access host",
     ),
     (
         "escape-hatch-under-baseline",

@@ -96,6 +96,27 @@ CASES = [
         "cluster.public_access_cidrs",
         "whole internet",
     ),
+    (
+        "api-open-to-more-than-a-slash-8",
+        ("cluster.endpoint_access", "public_and_private", "cluster.public_access_cidrs", ["10.0.0.0/8", "11.0.0.0/16"]),
+        "cluster.public_access_cidrs",
+        "more than a /8",
+    ),
+    (
+        "drain-lead-beyond-block",
+        ("observability.block_end_warning_minutes", 48 * 60),
+        "observability.block_end_warning_minutes",
+        "when the block does",
+    ),
+    (
+        "drain-lead-eats-minimum-serving",
+        ("observability.block_end_warning_minutes", 46 * 60),
+        "observability.block_end_warning_minutes",
+        "use at most 2640 minutes",
+    ),
+    ("serving-in-kube-system", ("serving.namespace", "kube-system"), "serving.namespace", "Kubernetes system namespace"),
+    ("serving-in-an-addon-namespace", ("serving.namespace", "lws-system"), "serving.namespace", "where the kit's cluster add-ons run"),
+    ("revision-wildcard", ("model.revision", "*"), "model.revision", "every revision"),
     ("more-efa-than-instance", ("capacity.efa_devices", 32), "capacity.efa_devices", "has 16 EFA devices"),
     ("old-kubernetes", ("cluster.kubernetes_version", "1.29"), "cluster.kubernetes_version", "use one of 1.36"),
     ("bad-block-duration", ("capacity.duration_hours", 30), "capacity.duration_hours", "multiple of 24"),
@@ -113,6 +134,19 @@ CASES = [
     ),
 ]
 
+# Another spelling of a refusal CASES already holds: the same guard must fire, so these cannot stand in CASES,
+# whose every row is a distinct guard.
+DODGES = [
+    (
+        "api-open-to-internet-in-halves",
+        ("cluster.endpoint_access", "public_and_private", "cluster.public_access_cidrs", ["0.0.0.0/1", "128.0.0.0/1"]),
+        "cluster.public_access_cidrs",
+        "4,294,967,296 addresses (the whole internet)",
+    ),
+    ("serving-in-default", ("serving.namespace", "default"), "serving.namespace", "Kubernetes system namespace"),
+    ("revision-not-a-ref", ("model.revision", "main..dev"), "model.revision", "git refuses such a ref name"),
+]
+
 
 def _error(raw: dict) -> ProfileError:
     with pytest.raises(ProfileError) as info:
@@ -128,6 +162,14 @@ def test_invalid_profile_is_refused_with_field_value_and_fix(raw_with, changes, 
     assert words in message
     assert "Fix: " in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(("changes", "field", "words"), [c[1:] for c in DODGES], ids=[c[0] for c in DODGES])
+def test_a_refusal_is_not_dodged_by_another_spelling(raw_with, changes, field, words):
+    """0.0.0.0/0 split in halves, `default` beside kube-*, `..` beside `*`: each reaches its guard all the same."""
+    err = _error(raw_with(*changes))
+    assert err.field == field
+    assert words in str(err)
 
 
 def test_the_cases_reach_at_least_ten_distinct_guards(raw_with):
@@ -157,6 +199,23 @@ def test_cli_prints_one_line_and_no_traceback(tmp_path, raw_with):
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
     assert "capacity.instance_count = 6" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "case", ["api-open-to-more-than-a-slash-8", "drain-lead-beyond-block", "serving-in-kube-system", "revision-wildcard"]
+)
+def test_cli_answers_each_new_refusal_in_one_line(tmp_path, raw_with, capsys, case):
+    """Through the real CLI entry point (in-process): one line on stderr naming the field, exit 2."""
+    from pdkit.cli.main import main
+
+    changes, field, words = next(c[1:] for c in CASES if c[0] == case)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw_with(*changes)))
+    assert main(["plan", "--profile", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert field in err
+    assert words in err
 
 
 def test_cdk_app_prints_one_line_and_no_traceback(tmp_path, raw_with):

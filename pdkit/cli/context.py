@@ -6,9 +6,12 @@ import argparse
 import re
 import shlex
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pdkit.errors import KitError
-from pdkit.model.plan import Plan
+
+if TYPE_CHECKING:
+    from pdkit.model.plan import Plan
 
 
 def load_plan(ref: str | None) -> Plan:

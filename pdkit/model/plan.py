@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
 from decimal import Decimal
+from ipaddress import collapse_addresses
 from pathlib import Path
 from typing import Any, Literal
 
@@ -480,6 +481,8 @@ def _build(p: Profile, path: str) -> Plan:
             "network.nat_gateways", p.network.nat_gateways, f"more NAT gateways than AZs ({len(zones)})", f"use 1..{len(zones)}"
         )
     _endpoint(p)
+    _drain_lead(p)
+    _namespace(p)
     return Plan(
         name=p.name,
         profile_path=path,
@@ -830,6 +833,11 @@ def _market(p: Profile) -> Literal["capacity-block", "on-demand"]:
     return c.market
 
 
+# The widest public allow-list the kit accepts for the Kubernetes API: a /8's worth of addresses (a large
+# organisation's own range), however it is split.
+MAX_PUBLIC_ACCESS_ADDRESSES = 2**24
+
+
 def _endpoint(p: Profile) -> None:
     c = p.cluster
     if c.endpoint_access == "private" and c.public_access_cidrs:
@@ -842,14 +850,52 @@ def _endpoint(p: Profile) -> None:
     if c.endpoint_access == "public_and_private":
         if not c.public_access_cidrs:
             raise ProfileError("cluster.public_access_cidrs", [], "a public endpoint needs an allow-list", "list your office/VPN CIDRs")
-        wide = [str(n) for n in c.public_access_cidrs if n.prefixlen == 0]
-        if wide:
+        # Counted over the union, so that 0.0.0.0/1 with 128.0.0.0/1 (or any split of /0) is what it is.
+        opened = sum(n.num_addresses for n in collapse_addresses(c.public_access_cidrs))
+        if opened > MAX_PUBLIC_ACCESS_ADDRESSES:
             raise ProfileError(
                 "cluster.public_access_cidrs",
-                wide,
-                "opens the Kubernetes API to the whole internet",
-                "list specific CIDRs, or keep the endpoint private and use the SSM access host",
+                [str(n) for n in c.public_access_cidrs],
+                f"together open the Kubernetes API to {opened:,} addresses"
+                + (" (the whole internet)" if opened == 2**32 else ", more than a /8"),
+                "list your office/VPN CIDRs, or keep the endpoint private and use the SSM access host",
             )
+
+
+def _drain_lead(p: Profile) -> None:
+    """The drain starts block_end_warning_minutes before the end: at or beyond the block's length it would drain at
+    the start, and past length - minimum_serving_hours no block of this length could pass preflight."""
+    if p.capacity.market != "capacity-block":
+        return
+    lead, block = p.observability.block_end_warning_minutes, p.capacity.duration_hours * 60
+    serving = block - lead
+    if serving < p.capacity.minimum_serving_hours * 60:
+        raise ProfileError(
+            "observability.block_end_warning_minutes",
+            lead,
+            f"leaves {max(serving, 0) / 60:g} h of a {p.capacity.duration_hours} h block before the drain, less than "
+            f"capacity.minimum_serving_hours ({p.capacity.minimum_serving_hours:g} h)"
+            + (": the drain would start when the block does" if serving <= 0 else ""),
+            f"use at most {block - int(p.capacity.minimum_serving_hours * 60)} minutes, or buy a longer block (capacity.duration_hours)",
+        )
+
+
+# Where the amazon-cloudwatch-observability add-on runs its agents (stacks/observability_addon.py installs it):
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/install-CloudWatch-Observability-EKS-addon.html
+CONTAINER_INSIGHTS_NAMESPACE = "amazon-cloudwatch"
+
+
+def _namespace(p: Profile) -> None:
+    """The serving namespace is the kit's alone: not one its add-ons and charts run in (their pods would fall under
+    the serving Pod Security labels and NetworkPolicies, and a `make destroy` of serving would take them along)."""
+    taken = {chart.namespace for chart in catalog.addons().charts.values()} | {CONTAINER_INSIGHTS_NAMESPACE}
+    if p.serving.namespace in taken:
+        raise ProfileError(
+            "serving.namespace",
+            p.serving.namespace,
+            "is where the kit's cluster add-ons run (" + ", ".join(sorted(taken)) + ")",
+            "use a namespace of its own, e.g. pd-serving",
+        )
 
 
 def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, *, suggest: bool = True) -> RolePlan:

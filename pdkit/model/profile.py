@@ -278,8 +278,18 @@ class Router(_Section):
     replicas: int = Field(default=2, ge=1)
 
 
+# Namespaces the serving objects must never land in: Kubernetes' own (it reserves the kube- prefix: "Avoid
+# creating namespaces with the prefix kube-", https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/)
+# and `default`; the kit's add-on and chart namespaces are refused by the plan (pdkit/model/plan.py, _namespace).
+SYSTEM_NAMESPACES = ("default",)
+
+
 class Serving(_Section):
-    namespace: str = Field(default="pd-serving", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    namespace: str = Field(
+        default="pd-serving",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="Namespace of the serving objects; its Pod Security labels and NetworkPolicies are the kit's, so never a system one.",
+    )
     kv_transfer: Literal["mooncake", "nixl"] = "mooncake"
     router: Router = Router()
     host_network: bool = Field(
@@ -290,6 +300,24 @@ class Serving(_Section):
         description="Pod Security level the serving namespace enforces; `privileged` only to admit roles.<role>.security.",
     )
 
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        # The kit labels its namespace for Pod Security and scopes network policy to it: in kube-system that
+        # would relabel (and, on delete, remove) what the cluster itself runs on.
+        if v.startswith("kube-") or v in SYSTEM_NAMESPACES:
+            raise FieldFix(
+                "is a Kubernetes system namespace (kube-* and default hold the cluster's own pods)",
+                "use a namespace of its own, e.g. pd-serving",
+            )
+        return v
+
+
+# What git refuses in a ref name (git-check-ref-format: https://git-scm.com/docs/git-check-ref-format), which the
+# Hub's branches and tags follow; `*` and `?` would also be IAM wildcards in the weights role's S3 resource
+# (models/<id>/<revision>/*), widening its read to every revision.
+_BAD_REVISION = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^/|/$|\.lock$|^@$|\.$|^\.|/\.")
+
 
 class ModelRef(_Section):
     id: str
@@ -298,6 +326,16 @@ class ModelRef(_Section):
     hf_token_secret_arn: str | None = Field(
         default=None, description="Secrets Manager secret (full ARN) holding a Hugging Face read token; only for gated models."
     )
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        if not v or _BAD_REVISION.search(v):
+            raise FieldFix(
+                "is not a branch, tag or commit of the Hub (git refuses such a ref name; * and ? would let the weights role read every revision)",
+                "use a commit hash (what `huggingface-cli repo info` or the model page's history shows) or a branch name such as main",
+            )
+        return v
 
     @field_validator("hf_token_secret_arn")
     @classmethod

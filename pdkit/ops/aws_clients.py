@@ -16,11 +16,13 @@ retries back on. Tests replace `make_client` with Stubber-wrapped clients.
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 from typing import Any
 
 from pdkit.errors import KitError
 from pdkit.model.plan import Plan
+from pdkit.ops.aws_errors import endpoint_override, profile_not_found
 from pdkit.ops.client_config import PURCHASE, READS, Patience
 
 __all__ = ["PURCHASE", "READS", "Aws", "Patience", "make_client"]
@@ -37,9 +39,18 @@ def aws_session(*, aws_profile: str | None, region: str) -> Any:
     try:
         return boto3.Session(profile_name=aws_profile, region_name=region)
     except botocore.exceptions.ProfileNotFound:
-        raise KitError(
-            f"AWS credentials profile {aws_profile!r} not found. Fix: `aws configure list-profiles`, or drop --aws-profile to use AWS_PROFILE"
-        ) from None
+        raise profile_not_found(aws_profile) from None
+
+
+def malformed_endpoint(service: str, err: ValueError) -> KitError | ValueError:
+    """The one line for an AWS_ENDPOINT_URL* value botocore cannot use; the ValueError itself when no variable is set."""
+    name = endpoint_override(service=service)
+    if name is None:
+        return err
+    return KitError(
+        f"{name}={os.environ[name].strip()} is not an endpoint URL botocore accepts ({err}). "
+        f"Fix: a full URL with its scheme (e.g. http://127.0.0.1:4566), or unset {name} to use AWS"
+    )
 
 
 def make_client(service: str, *, aws_profile: str | None, region: str, patience: Patience | None = None) -> Any:
@@ -47,7 +58,13 @@ def make_client(service: str, *, aws_profile: str | None, region: str, patience:
     `patience` defaults to READS (looked up at call time, so tests can shorten it)."""
     patience = patience or READS
 
-    client = aws_session(aws_profile=aws_profile, region=region).client(service, config=patience.config())
+    session = aws_session(aws_profile=aws_profile, region=region)
+    try:
+        client = session.client(service, config=patience.config())
+    except ValueError as err:
+        # botocore refuses an endpoint URL it cannot parse ("Invalid endpoint: localhost:4566", "Invalid IPv6 URL")
+        # when the client is made, with a bare ValueError.
+        raise malformed_endpoint(service, err) from None
     WaitNotice(client, patience).attach()
     return client
 

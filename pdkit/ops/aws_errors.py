@@ -103,23 +103,59 @@ def explain(err: BaseException, *, region: str) -> KitError | None:
             "no usable AWS credentials found. Fix: `aws configure sso` (or `aws sso login --profile NAME`), then pass --aws-profile NAME or set AWS_PROFILE"
         )
     if isinstance(err, bx.ProfileNotFound):
-        return KitError(f"{err}. Fix: `aws configure list-profiles`, or drop --aws-profile to use AWS_PROFILE")
+        return profile_not_found(None)
     if isinstance(err, bx.NoRegionError):
         return KitError("no AWS region. Fix: pass --region, or set aws.region in the deployment profile")
     return None
 
 
-def endpoint_override(url: str | None = None) -> str | None:
-    """The AWS_ENDPOINT_URL* variable that points the SDK away from AWS (the one whose value is `url` first), or None.
+def endpoint_variables(service: str) -> tuple[str, str]:
+    """The two environment variables that set `service`'s endpoint, in the SDK's order: AWS_ENDPOINT_URL_<SERVICE ID>,
+    then AWS_ENDPOINT_URL. The service id is botocore's (aliases resolved, hyphens to
+    underscores, upper case, as configprovider.ConfiguredEndpointProvider): `service-quotas` -> AWS_ENDPOINT_URL_SERVICE_QUOTAS.
+    https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html
+    """
+    from botocore import utils
 
-    https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html: AWS_ENDPOINT_URL_<SERVICE>
-    overrides AWS_ENDPOINT_URL; AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true turns both off.
+    client = utils.SERVICE_NAME_ALIASES.get(service, service)
+    hyphenized = utils.CLIENT_NAME_TO_HYPHENIZED_SERVICE_ID_OVERRIDES.get(client, client)
+    return f"AWS_ENDPOINT_URL_{hyphenized.replace('-', '_').upper()}", "AWS_ENDPOINT_URL"
+
+
+def endpoint_override(url: str | None = None, *, service: str | None = None) -> str | None:
+    """The AWS_ENDPOINT_URL* variable that pointed the SDK away from AWS, or None.
+
+    With `url` (the endpoint a failed call used), only a variable holding that URL: a variable of another service
+    cannot have sent this call anywhere, so an STS failure never blames AWS_ENDPOINT_URL_EC2. Without it, the variable
+    the SDK reads for `service` (AWS_ENDPOINT_URL_<SERVICE> overrides AWS_ENDPOINT_URL), or, with no service known,
+    the global AWS_ENDPOINT_URL alone. AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true turns them all off.
+    https://docs.aws.amazon.com/sdkref/latest/guide/feature-ss-endpoints.html
     """
     if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
         return None
-    names = sorted((k for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL") and v.strip()), key=len, reverse=True)
+    set_ = {k: v.strip().rstrip("/") for k, v in os.environ.items() if k.startswith("AWS_ENDPOINT_URL") and v.strip()}
+    candidates = endpoint_variables(service) if service else tuple(sorted(set_, key=len, reverse=True))
     wanted = (url or "").rstrip("/")
-    return next((k for k in names if wanted and os.environ[k].strip().rstrip("/") == wanted), names[0] if names else None)
+    if wanted:
+        return next((k for k in candidates if set_.get(k) == wanted), None)
+    if service:
+        return next((k for k in candidates if k in set_), None)
+    return "AWS_ENDPOINT_URL" if "AWS_ENDPOINT_URL" in set_ else None
+
+
+def profile_not_found(aws_profile: str | None) -> KitError:
+    """ProfileNotFound, naming where the profile name came from: --aws-profile, or AWS_PROFILE in the environment."""
+    if aws_profile:
+        return KitError(
+            f"AWS credentials profile {aws_profile!r} (from --aws-profile) not found. Fix: `aws configure list-profiles`, "
+            "then pass one of those, or drop --aws-profile to use AWS_PROFILE / the SDK's default chain"
+        )
+    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
+    var = "AWS_PROFILE" if os.environ.get("AWS_PROFILE") else "AWS_DEFAULT_PROFILE"
+    return KitError(
+        f"AWS credentials profile {name!r} not found; it comes from {var} in your environment. "
+        f"Fix: `aws configure list-profiles`, then `export {var}=` one of those (or `unset {var}`), or pass --aws-profile NAME"
+    )
 
 
 def _unreachable(err: Any, *, region: str) -> KitError:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 EPILOG = """\
 Runs one Job in the serving namespace, on a system node: `python -m sglang.bench_serving --backend
 sglang --pd-separated` against the router Service, random dataset with --random-range-ratio 1.0,
@@ -29,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "bench",
         parents=[common],
-        help="benchmark the deployment through the router (bench_serving, PD mode, concurrency sweep); results as JSONL",
+        help=summary("bench"),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

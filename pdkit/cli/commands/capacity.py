@@ -12,6 +12,8 @@ import shlex
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from pdkit.cli.commands import summary
+
 if TYPE_CHECKING:
     from pdkit.model.plan import Plan
     from pdkit.ops import purchase
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("capacity", help="find, buy, check and extend the EC2 Capacity Block")
+    p = sub.add_parser("capacity", help=summary("capacity"))
     cap = p.add_subparsers(dest="capacity_command", metavar="ACTION", required=True)
 
     query = argparse.ArgumentParser(add_help=False)

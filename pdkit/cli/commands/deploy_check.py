@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pdkit.cli.commands import summary
+
 if TYPE_CHECKING:
     from pdkit.model.plan import PurchasePlan
     from pdkit.ops.aws_clients import Aws
@@ -15,7 +17,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "deploy-check",
         parents=[common],
-        help="refuse a deploy that changes the GPU launch template or node groups while they run nodes (make deploy runs it)",
+        help=summary("deploy-check"),
     )
     p.add_argument("--cdk-out", type=Path, default=Path("cdk.out"), metavar="DIR", help="the synthesized cloud assembly (default cdk.out)")
     p.add_argument(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("nodes", help="scale the GPU node groups: up to the plan's sizes, or down to 0")
+    p = sub.add_parser("nodes", help=summary("nodes"))
     actions = p.add_subparsers(dest="nodes_command", metavar="ACTION", required=True)
     for name, text in (
         ("up", "scale each GPU node group to the plan's node count (on a block: refused unless it is active)"),

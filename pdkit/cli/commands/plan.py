@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("plan", parents=[common], help="show what the profile deploys: nodes, parallelism, memory, messages per token")
+    p = sub.add_parser("plan", parents=[common], help=summary("plan"))
     p.add_argument("--output", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)
 

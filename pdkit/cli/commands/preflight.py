@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "preflight",
         parents=[common],
-        help="check the reservation, interconnect, quotas, add-on pins and cluster before deploying; exit 0 only without FAIL",
+        help=summary("preflight"),
     )
     p.add_argument("--output", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pdkit.cli.commands import summary
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -19,7 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "rehearse",
         parents=[common],
-        help="on-demand dress rehearsal: cost estimate, deploy, nodes up, validate, bench, report, timeline, destroy, verified teardown",
+        help=summary("rehearse"),
     )
     p.add_argument(
         "--hours", type=float, default=DEFAULT_HOURS, help=f"expected duration for the cost estimate (default {DEFAULT_HOURS:g})"

@@ -6,12 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pdkit.cli.commands import summary
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "report",
         parents=[common],
-        help="write report.md and plots from `pdkit bench` results, beside the seed's EFA/RoCE figures and the latency model",
+        help=summary("report"),
     )
     p.add_argument("--bench", metavar="DIR", required=True, help="a `pdkit bench --out` directory (or bench_serving JSONL / logs)")
     p.add_argument("--validate", metavar="FILE", help="a `pdkit validate --out` JSON to include")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 # {port}: the router's Service port, which is its container port (pdkit/render/serving/manifests.py router_service).
 FORWARDING = """\
 The router is internal. Forward it to local port 8000 first, through the SSM access host (its id is
@@ -22,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "smoke",
         parents=[common],
-        help="send one chat completion through the router: TTFT, tokens/s and the answer",
+        help=summary("smoke"),
         epilog=FORWARDING.format(port=ROUTER_PORT),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -42,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     plan = load_plan(args.profile)
     model = args.model or plan.served_model_name
-    result = smoke.chat(args.url, model=model, prompt=args.prompt, max_tokens=args.max_tokens, timeout=args.timeout)
+    result = smoke.chat(
+        args.url, model=model, prompt=args.prompt, max_tokens=args.max_tokens, timeout=args.timeout, waiting=console.waiting
+    )
     if args.output == "json":
         console.print_json(result.to_dict())
         return 0

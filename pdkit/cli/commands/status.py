@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
-        "status", parents=[common], help="the deployment against its plan: node groups, nodes, GPUs, EFA, serving; exit 0 when all OK"
-    )
+    p = sub.add_parser("status", parents=[common], help=summary("status"))
     p.add_argument("--kube-context", metavar="NAME", help="kubeconfig context (default: the current one; KUBECONFIG is honoured)")
     p.add_argument(
         "--metrics", action="store_true", help="add the dashboards' headline figures from CloudWatch (needs cloudwatch:GetMetricData)"

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pdkit.cli.commands import summary
+
 if TYPE_CHECKING:
     from datetime import datetime
 
@@ -16,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "timeline",
         parents=[common],
-        help="start-up phases from instance launch to first token, per node and pod, against the plan; capture a bundle while it runs",
+        help=summary("timeline"),
     )
     source = p.add_mutually_exclusive_group()
     source.add_argument(

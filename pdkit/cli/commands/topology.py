@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from pdkit.cli.commands import summary
+
 if TYPE_CHECKING:
     from pdkit.model.placement import Placement
     from pdkit.model.plan import Plan
@@ -12,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("topology", parents=[common], help="network placement of the running GPU nodes per role (DescribeInstanceTopology)")
+    p = sub.add_parser("topology", parents=[common], help=summary("topology"))
     p.add_argument("--output", choices=("text", "json"), default="text")
     p.add_argument(
         "--assign",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from pdkit.cli.commands import summary
+
 EPILOG = """\
 Runs Kubernetes Jobs on the GPU nodes (namespace <name>-validation) with the validation image, one
 phase after another, and prints PASS/FAIL with the threshold and the next step for each check.
@@ -20,7 +22,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: a
     p = sub.add_parser(
         "validate",
         parents=[common],
-        help="run the fabric checks on the GPU nodes (EFA, fi_pingpong, nccl-tests, UCCL-EP): PASS/FAIL with next steps",
+        help=summary("validate"),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

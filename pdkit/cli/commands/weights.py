@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pdkit.cli.commands import summary
+
 if TYPE_CHECKING:
     from pdkit.errors import KitError
     from pdkit.model.plan import Plan
@@ -21,9 +23,7 @@ SHOWN_EXTRAS = 5
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
-        "weights", help="import the model from the Hugging Face Hub into the weights bucket (in-region Job); verify the bucket"
-    )
+    p = sub.add_parser("weights", help=summary("weights"))
     actions = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
     imp = actions.add_parser(
         "import",
