@@ -19,7 +19,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 PROFILE ?=
 CDK := cdk --no-notices $(if $(PROFILE),-c profile=$(PROFILE))
 
-.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests bootstrap destroy pin-digests diff deploy lock lock-images bench clean
+.PHONY: help setup synth test lint typecheck unit update-snapshots plan manifests bootstrap destroy pin-digests diff deploy images rehearse lock lock-images bench clean
 
 help: ## List targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-18s %s\n", $$1, $$2}'
@@ -96,6 +96,15 @@ deploy: setup ## cdk deploy every stack of PROFILE, after `pdkit deploy-check` (
 	$(CDK) synth --quiet
 	pdkit deploy-check --cdk-out cdk.out $(if $(PROFILE),--profile $(PROFILE)) $(if $(YES),--yes)
 	$(CDK) deploy --app cdk.out --all --require-approval broadening
+
+# The images stack and what it needs (the network), nothing else: a rehearsal pulls the block profile's images, so
+# `make images PROFILE=<block profile>` builds them without the cluster (CDK deploys a selected stack's dependencies).
+images: setup ## Build PROFILE's container images in-region (the images stack and the network only; needs AWS credentials)
+	$(CDK) synth --quiet
+	$(CDK) deploy --app cdk.out --require-approval broadening '*-images'
+
+rehearse: setup ## On-demand dress rehearsal of PROFILE (a rehearsal profile): cost, typed yes, deploy ... verified teardown (runbooks/00b-rehearsal.md)
+	pdkit rehearse $(if $(PROFILE),--profile $(PROFILE)) $(if $(YES),--yes)
 
 lock: ## Re-resolve pinned Python deps and the CDK CLI lock (needs the package registries)
 	$(BIN)/pip-compile --quiet --strip-extras --generate-hashes --allow-unsafe -o requirements.txt requirements.in

@@ -1,4 +1,5 @@
-"""Find and load deployment profiles: `NAME` resolves to config/NAME.yaml, anything else is a path.
+"""Find and load deployment profiles: `NAME` resolves to deployments/NAME.yaml (an operator's own, from `pdkit init`)
+or else config/NAME.yaml (shipped), anything else is a path.
 
 `cdk synth -c profile=...` and `pdkit --profile ...` both come through here, so they agree; the
 default is named once, in cdk.json's context ("profile"). A broken file of any kind (not text, too
@@ -29,6 +30,8 @@ from pdkit.model.profile import FieldFix, Profile
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "config"
+# An operator's own profiles (`pdkit init`): not tracked (.gitignore), found by name before config/.
+OWN_DIR = ROOT / "deployments"
 CDK_JSON = ROOT / "cdk.json"
 
 # The shipped profiles are ~2 KB and ~100 YAML nodes; these bounds are far above that and far below
@@ -67,9 +70,10 @@ def resolve(ref: str | None) -> Path:
         raise KitError(
             f"profile file {ref!r} does not exist. Fix: check the path, or use a name from config/: {', '.join(available_profiles())}"
         )
-    named = CONFIG_DIR / f"{ref}.yaml"
-    if named.is_file():
-        return named
+    for folder in (OWN_DIR, CONFIG_DIR):
+        named = folder / f"{ref}.yaml"
+        if named.is_file():
+            return named
     close = difflib.get_close_matches(ref, available_profiles(), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise KitError(
@@ -79,7 +83,12 @@ def resolve(ref: str | None) -> Path:
 
 def load(ref: str | None) -> tuple[Profile, Path]:
     path = resolve(ref)
-    text = _read_text(path)
+    return parse_text(_read_text(path), source=str(path)), path
+
+
+def parse_text(text: str, *, source: str) -> Profile:
+    """A profile from its YAML text, through the same bounded loader and validation as a file."""
+    path = source
     try:
         loader = _ProfileLoader(text)
         try:
@@ -92,7 +101,7 @@ def load(ref: str | None) -> tuple[Profile, Path]:
         raise KitError(f"{path}: {_yaml_problem(exc, text)}") from None
     if not isinstance(raw, dict):
         raise KitError(f"{path}: a profile is a YAML mapping (name:, aws:, capacity:, ...). Fix: start from config/glm51-fp8-2p2d.yaml")
-    return parse(raw, source=str(path)), path
+    return parse(raw, source=source)
 
 
 def _read_text(path: Path) -> str:

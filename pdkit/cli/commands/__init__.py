@@ -21,6 +21,7 @@ class Command(NamedTuple):
 
 # Order is the order of `pdkit --help`: the operator's path.
 COMMANDS: dict[str, Command] = {
+    "init": Command("init", "start a deployment profile of your own from a shipped one, with your account, region, AZ and admins"),
     "plan": Command("plan", "show what the profile deploys: nodes, parallelism, memory, messages per token"),
     "capacity": Command("capacity", "find, buy, check and extend the EC2 Capacity Block"),
     "preflight": Command(

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     warned = sum(r.status == "WARN" for r in rows)
     console.say(
         f"Preflight passed{f' with {warned} warning(s)' if warned else ''}. "
-        f"Next: {make_command(args, 'deploy')}, then {pdkit_command(args, 'nodes up')} once the block is active."
+        f"Next: {make_command(args, 'deploy')} (after {make_command(args, 'bootstrap')} once per account and region; the first deploy "
+        f"asks you to approve its IAM changes), then {pdkit_command(args, 'nodes up')} once the block is active."
     )
     return 0
