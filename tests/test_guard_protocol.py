@@ -102,8 +102,9 @@ def test_every_problem_is_in_the_refusal_joined_by_semicolons():
     answer = _answer(_event("Create"), ec2=_ec2([wrong]))
     assert answer == {
         "success": False,
-        "reason": f"Capacity Block check failed: reservation {RID} is expired: buy a new block (`pdkit capacity offerings`) and "
-        f"update capacity.reservation_id; reservation {RID} has instance count 2 but the profile says 4: make the profile match the block",
+        "reason": f"Capacity Block check failed: reservation {RID} is expired (ended; its instances were terminated): buy a new block "
+        f"(`pdkit capacity offerings`) and update capacity.reservation_id; reservation {RID} has 2 instances but the profile says 4: "
+        "make the profile match the block",
         "physical_id": RID,
     }
 

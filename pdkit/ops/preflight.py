@@ -20,9 +20,9 @@ import yaml
 
 from pdkit.console import span, when
 from pdkit.errors import KitError
+from pdkit.model import reservation as reservation_rules
 from pdkit.model.catalog import DATA
 from pdkit.model.plan import Plan
-from pdkit.model.reservation import DEPLOYABLE_STATES
 from pdkit.ops import capacity
 from pdkit.ops.aws_clients import Aws
 from pdkit.ops.aws_errors import CREDENTIALS, RESERVATION_UNKNOWN, THROTTLED, error_code, iam_action, is_denied
@@ -188,16 +188,18 @@ class Preflight:
             )
 
     def _state(self, res: Reservation) -> None:
-        meaning, todo = capacity.STATE_MEANING.get(res.state, (res.state, "check the reservation in the EC2 console"))
+        """PASS for a paid and dated block, WARN for one the deploy guard lets through but EC2 has not confirmed yet,
+        FAIL for the rest: the state table of pdkit/model/reservation.py, the one the guard applies."""
+        rule = reservation_rules.state_rule(res.state)
         if res.state == "active":
             self._add("Reservation state", "PASS", f"active since {when(res.start)}")
         elif res.state == "scheduled":
             starts = res.starts_in(self.now)
             self._add("Reservation state", "PASS", f"scheduled: starts {when(res.start)}" + (f" (in {span(starts)})" if starts else ""))
-        elif res.state in DEPLOYABLE_STATES:
-            self._add("Reservation state", "WARN", f"{res.state}: {meaning}", todo)
+        elif rule.live:
+            self._add("Reservation state", "WARN", f"{res.state}: {rule.meaning}", rule.todo)
         else:
-            self._add("Reservation state", "FAIL", f"{res.state}: {meaning}", todo)
+            self._add("Reservation state", "FAIL", f"{res.state}: {rule.meaning}", rule.todo)
 
     def _match(self, name: str, actual: str, wanted: str, field: str) -> None:
         if actual == wanted:
@@ -208,14 +210,25 @@ class Preflight:
             )
 
     def _count(self, res: Reservation) -> None:
-        need = self.plan.instance_count
-        if res.total_instances == need:
-            self._add("Instance count", "PASS", f"{need} instances, as the roles need")
-        elif res.total_instances < need:
+        """The count the block has or will have (pdkit/model/reservation.py: before the start EC2 reports 0 and the
+        tag carries it), held to the roles' exactly, as the deploy-time guard does."""
+        need, count = self.plan.instance_count, res.count
+        has = count.describe()
+        note = f"; EC2 reports {count.note}" if count.note else ""
+        if count.instances is None:
             self._add(
                 "Instance count",
                 "FAIL",
-                f"the block has {res.total_instances} instances, the roles need {need}",
+                f"{res.id} reports {has}",
+                "run pdkit preflight again in a few minutes; if it persists, check the block: `pdkit capacity status`",
+            )
+        elif count.instances == need:
+            self._add("Instance count", "PASS", f"{has}, as the roles need{note}")
+        elif count.instances < need:
+            self._add(
+                "Instance count",
+                "FAIL",
+                f"the block has {has}, the roles need {need}{note}",
                 "buy a block of the right size, or shrink roles.*.replicas / nodes_per_replica and capacity.instance_count",
             )
         else:
@@ -223,8 +236,8 @@ class Preflight:
             self._add(
                 "Instance count",
                 "FAIL",
-                f"the block has {res.total_instances} instances, the roles use {need}: the deploy guard refuses a block of another size",
-                f"add replicas to the profile so the roles use {res.total_instances} nodes, and set capacity.instance_count: {res.total_instances}",
+                f"the block has {has}, the roles use {need}: the deploy guard refuses a block of another size{note}",
+                f"add replicas to the profile so the roles use {count.instances} nodes, and set capacity.instance_count: {count.instances}",
             )
 
     def _window(self, res: Reservation) -> None:
