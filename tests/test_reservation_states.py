@@ -117,3 +117,22 @@ def test_preflight_grades_each_state_as_the_guard_would(state, aws, pins, tmp_pa
     rule = reservation.STATES[state]
     want = "PASS" if rule.confirmed else "WARN" if rule.live else "FAIL"
     assert rows(capsys)["Reservation state"]["status"] == want
+
+
+def test_runbook_00_states_the_table_as_the_code_has_it():
+    """The operator reads the state table in runbooks/00-capacity-block.md ("4. States"); every state has its row
+    there, and its deploy, purchase and preflight columns say what the code does."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "runbooks" / "00-capacity-block.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`") and cells[0].strip("`") in reservation.STATES:
+            rows[cells[0].strip("`")] = cells
+    assert sorted(rows) == sorted(MODEL_STATES)
+    for state, (_, _, deploy, bought, checked, _) in rows.items():
+        rule = reservation.STATES[state]
+        assert deploy == ("proceeds" if rule.live else "refused"), state
+        assert bought == ("holds it" if rule.live else "not adopted"), state
+        assert checked.split()[0].rstrip(":") == ("PASS" if rule.confirmed else "WARN" if rule.live else "FAIL"), state

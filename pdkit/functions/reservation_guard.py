@@ -1,8 +1,15 @@
 """Deploy-time guard: a custom resource ordered before the GPU node groups.
 
-It fails the deploy with one clear message when the reservation is the placeholder, unknown,
-expired or cancelled, or differs from the profile in instance type, count or AZ: a node group on a
-wrong or stale reservation retries launches forever (pytorch/ci-infra#1065).
+It fails the deploy with one clear message when the reservation is the placeholder, unknown, in a state
+no deployment may proceed in, or differs from the profile in instance type, count or AZ: a node group on
+a wrong or stale reservation retries launches forever (pytorch/ci-infra#1065). The states and the count
+are read by pdkit/model/reservation.py (STATES, instance_count: a block that has not started reports 0
+instances and carries its count in a tag), the same rules the purchase handler and `pdkit preflight` use.
+
+Every request gets one answer before the function's time runs out: properties that are missing or not
+the guard's, a missing PhysicalResourceId or an unknown RequestType are answered FAILED with the fix
+(Delete always SUCCESS), and a watchdog answers FAILED a few seconds before the Lambda timeout if an AWS
+call hangs. Without an answer CloudFormation waits for the resource's ServiceTimeout, an hour by default.
 
 Rollback: when a stack update fails, CloudFormation rolls this resource back by sending Update with
 the *previous* properties; the request carries no rollback flag
