@@ -25,11 +25,11 @@ from pdkit.model import reservation
 from pdkit.ops import purchase
 from pdkit.ops.capacity import Offering, reservation_from
 from tests.fixtures import ec2_replies
-from tests.fixtures.cmd_support import CR, NOW, REGION, pending_block, real_profile, stub_reservation
+from tests.fixtures.cmd_support import CR, NOW, REGION, REQUESTED_QUANTITY_TAG, pending_block, real_profile, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
-TAG = reservation.REQUESTED_QUANTITY_TAG
+TAG = REQUESTED_QUANTITY_TAG  # the docs' key, written out in the fixture, not read from the code under test
 PARALLELCLUSTER = ec2_replies.capacity_reservation(ec2_replies.PENDING_BLOCK)
 
 

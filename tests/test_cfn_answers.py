@@ -95,3 +95,14 @@ def test_a_request_without_its_ids_cannot_be_answered_and_says_which(missing):
     event = {k: v for k, v in EVENT.items() if k != missing}
     with pytest.raises(ValueError, match=f"the request has no {missing}"):
         cfn_response.send(event, success=True, reason="", physical_id="p", opener=lambda req, timeout: None)
+
+
+@pytest.mark.parametrize("reason", ["é" * 5000, "\U0001f680" * 3000, "x" * 9000], ids=["latin", "astral", "ascii"])
+def test_send_never_puts_more_than_4096_bytes(reason):
+    """Through `send` alone, as every handler calls it: the PUT body is at most 4,096 bytes whatever the reason's
+    characters (3,500 accented characters used to be 21,000 bytes of JSON)."""
+    sent = []
+    cfn_response.send(EVENT, success=False, reason=reason, physical_id="cr-0123456789abcdef0", opener=lambda req, timeout: sent.append(req))
+    ((req),) = sent
+    assert len(req.data) <= 4096
+    assert json.loads(req.data)["Reason"].startswith(reason[:100])

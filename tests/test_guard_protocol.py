@@ -186,7 +186,7 @@ def test_every_dead_state_is_refused(state):
     ("field", "value", "words"),
     [
         ("InstanceType", "p5.48xlarge", "instance type"),
-        ("TotalInstanceCount", 2, "instance count"),
+        ("TotalInstanceCount", 2, "has 2 instances"),
         ("AvailabilityZone", "eu-south-2b", "Availability Zone"),
     ],
 )
