@@ -187,3 +187,15 @@ def test_an_unexpected_failure_is_still_answered(monkeypatch):
     monkeypatch.setattr(reservation_guard, "expected", broken)
     (answer,) = _answers(request("Create", ResourceProperties=GUARD))
     assert answer == {"success": False, "reason": "Capacity Block check failed: RuntimeError: a bug", "physical_id": CR}
+
+
+def test_an_answer_that_cannot_be_put_is_raised_for_lambda_to_retry():
+    """When the PUT to the pre-signed URL fails, the guard does not swallow it: Lambda records the error and retries an
+    asynchronous invocation (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html), and the
+    read-only guard answers again then."""
+
+    def respond(_event, **_answer):
+        raise OSError("connection reset by peer")
+
+    with pytest.raises(OSError, match="connection reset"):
+        reservation_guard.handler(request("Delete"), None, respond=respond)

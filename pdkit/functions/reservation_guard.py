@@ -117,6 +117,10 @@ def handler(
         else:
             answer(success=False, reason=f"unknown RequestType {kind!r}: the guard answers Create, Update and Delete", physical_id=fallback)
     except Exception as exc:  # a bug or an unexpected answer must still reach CloudFormation, or the stack waits an hour
+        if answer.sent:
+            # The answer itself did not go out (the PUT to the response URL failed): raise, so Lambda records the error
+            # and retries the invocation, which answers again (the guard only reads).
+            raise
         answer(success=kind == "Delete", reason=f"Capacity Block check failed: {type(exc).__name__}: {exc}", physical_id=fallback)
     finally:
         if watchdog is not None:
