@@ -125,7 +125,7 @@ def test_the_guard_lets_a_deploy_ahead_of_the_block_through():
 def test_the_guard_still_refuses_a_block_that_will_be_too_small():
     answer = _guard_create(PARALLELCLUSTER | {"Tags": [{"Key": TAG, "Value": "2"}]})
     assert answer["success"] is False
-    assert f"has 2 instances (from its {TAG} tag: EC2 reports 0 until the start) but the profile says 4" in answer["reason"]
+    assert f"has 2 instances (its {TAG} tag: EC2 reports TotalInstanceCount 0) but the profile says 4" in answer["reason"]
 
 
 def test_preflight_passes_the_count_of_a_block_that_has_not_started(aws, pins, tmp_path, capsys):
@@ -137,7 +137,7 @@ def test_preflight_passes_the_count_of_a_block_that_has_not_started(aws, pins, t
     assert main(["preflight", "--profile", real_profile(tmp_path), "--output", "json"]) == 0
     found = rows(capsys)
     assert found["Instance count"]["status"] == "PASS"
-    assert found["Instance count"]["detail"] == f"4 instances (from its {TAG} tag: EC2 reports 0 until the start), as the roles need"
+    assert found["Instance count"]["detail"] == f"4 instances (its {TAG} tag: EC2 reports TotalInstanceCount 0), as the roles need"
     assert found["Reservation state"]["status"] == "WARN"
     assert found["Reservation state"]["fix"] == "wait a few minutes, then run `pdkit capacity status` again"
 

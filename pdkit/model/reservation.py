@@ -134,7 +134,7 @@ class Count:
     def describe(self) -> str:
         if self.instances is None:
             return f"no instance count (TotalInstanceCount 0 and no {REQUESTED_QUANTITY_TAG} tag)"
-        where = "" if self.source == "TotalInstanceCount" else f" (from its {REQUESTED_QUANTITY_TAG} tag: EC2 reports 0 until the start)"
+        where = "" if self.source == "TotalInstanceCount" else f" (its {REQUESTED_QUANTITY_TAG} tag: EC2 reports TotalInstanceCount 0)"
         return f"{self.instances} instances{where}"
 
 
