@@ -247,8 +247,11 @@ def test_preflight(aws, where, pins, capsys):
     preflight_tests.stub_checks(aws, cluster={"name": "glm51-2p2d", "status": "ACTIVE", "version": "1.36"})
     assert main(["preflight", *where]) == 0
     out = capsys.readouterr().out
-    assert f"Next: AWS_PROFILE={AWS_PROFILE} make deploy PROFILE={where[1]}, then " in out
-    assert printed_command(out, "make deploy PROFILE=" + where[1] + ", then", where)[1:3] == ["nodes", "up"]
+    assert (
+        f"Next: AWS_PROFILE={AWS_PROFILE} make deploy PROFILE={where[1]} (after AWS_PROFILE={AWS_PROFILE} make bootstrap PROFILE={where[1]} "
+        in out
+    )
+    assert printed_command(out, "approve its IAM changes), then", where)[1:3] == ["nodes", "up"]
 
 
 def test_weights_import_failure_fix(aws, where, monkeypatch, capsys):

@@ -40,6 +40,7 @@ def stub_checks(
     Lambda or the quota itself, node_image False: the test stubs the image parameter itself, addons {}: no pins)."""
     if lambda_limit is not None:
         stub_lambda(aws, *lambda_limit)
+    stub_bootstrap(aws)
     if node_image:
         stub_node_image(aws)
     else:
@@ -83,10 +84,26 @@ def stub_checks(
         eks.add_response("describe_cluster", {"cluster": cluster}, {"name": "glm51-2p2d"})
     if not placeholder and not reservation_error:
         stub_no_node_groups(aws)  # the "EKS scale-down" rows (tests/test_scaledown.py): no GPU node group yet
+    stub_serving_images(aws)
 
 
 def stub_node_image(aws) -> None:
     aws("ssm").add_response("get_parameter", {"Parameter": {"Name": PARENT, "Value": "ami-0eks0000000000000"}}, {"Name": PARENT})
+
+
+def stub_bootstrap(aws) -> None:
+    """The CDK bootstrap row: the parameter the bootstrap stack writes (CDK guide, bootstrapping-env)."""
+    name = "/cdk-bootstrap/hnb659fds/version"
+    aws("ssm").add_response("get_parameter", {"Parameter": {"Name": name, "Type": "String", "Value": "30", "Version": 1}}, {"Name": name})
+
+
+def stub_serving_images(aws) -> None:
+    """The serving images row: every image the default profile builds is in ECR (DescribeImages)."""
+    from tests.conftest import plan_of
+
+    for image in plan_of().images.values():
+        params = {"repositoryName": image.repository, "imageIds": [{"imageTag": image.tag}]}
+        aws("ecr").add_response("describe_images", {"imageDetails": [{"imageTags": [image.tag]}]}, params)
 
 
 def stub_lambda(aws, quota: int = 1000, unreserved: int = 1000) -> None:

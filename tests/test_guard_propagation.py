@@ -10,25 +10,18 @@ the stack's purchase resource returned (property ReservationFrom: purchase); a h
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import boto3
 from botocore.stub import Stubber
 
 from pdkit.functions import reservation_guard
+from tests.fixtures import cfn_requests
+from tests.fixtures.cmd_support import pending_block
 
 RID = "cr-0123456789abcdef0"
 PROPS = {"ReservationId": RID, "InstanceType": "p5en.48xlarge", "InstanceCount": "4", "AvailabilityZone": "eu-south-2a"}
 BOUGHT = PROPS | {"ReservationFrom": "purchase"}
-BLOCK = {
-    "CapacityReservationId": RID,
-    "InstanceType": "p5en.48xlarge",
-    "AvailabilityZone": "eu-south-2a",
-    "TotalInstanceCount": 4,
-    "State": "scheduled",
-    "ReservationType": "capacity-block",
-    "EndDate": datetime(2026, 12, 3, tzinfo=UTC) + timedelta(hours=48),
-}
+# A block before its start as EC2 reports it: TotalInstanceCount 0, the count in its tag (tests/fixtures/ec2/README.md).
+BLOCK = pending_block(State="scheduled")
 NOT_FOUND = "InvalidCapacityReservationId.NotFound"
 
 
@@ -60,7 +53,8 @@ def _run(props, answers, context=None):
         if context is not None:
             context.left -= seconds * 1000
 
-    event = {"RequestType": "Create", "ResourceProperties": props, "StackId": "s", "RequestId": "r", "LogicalResourceId": "Guard"}
+    # The CloudFormation User Guide's Create example (tests/fixtures/cfn_requests.py) with the guard's properties.
+    event = cfn_requests.request("Create", ResourceProperties=props)
     with stub:
         reservation_guard.handler(event, context, ec2=ec2, respond=lambda e, **kw: sent.append(kw), sleep=sleep)
         stub.assert_no_pending_responses()

@@ -10,7 +10,7 @@ id with InvalidCapacityReservationId.NotFound and a badly formed one with Invali
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -18,18 +18,15 @@ from botocore.stub import Stubber
 
 from pdkit.functions import reservation_guard
 from pdkit.model import reservation
+from tests.fixtures import cfn_requests
+from tests.fixtures.cmd_support import pending_block
 
 RID = "cr-0123456789abcdef0"
 PROPS = {"ReservationId": RID, "InstanceType": "p5en.48xlarge", "InstanceCount": "4", "AvailabilityZone": "eu-south-2a"}
-STACK = "arn:aws:cloudformation:eu-south-2:111122223333:stack/glm51-2p2d-capacity/1"
-BLOCK = {
-    "CapacityReservationId": RID,
-    "InstanceType": "p5en.48xlarge",
-    "AvailabilityZone": "eu-south-2a",
-    "TotalInstanceCount": 4,
-    "State": "scheduled",
-    "EndDate": datetime(2026, 12, 3, tzinfo=UTC) + timedelta(hours=48),
-}
+STACK = "arn:aws:cloudformation:eu-south-2:111122223333:stack/glm51-2p2d-capacity/5b918d10-cd98-11ea-90d5-0a9cd3354c10"
+# A block before its start as EC2 reports it: TotalInstanceCount 0, the count in its tag (tests/fixtures/ec2/README.md).
+BLOCK = pending_block(State="scheduled")
+TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
 
 
 REAL_CLIENT = boto3.client
@@ -40,14 +37,14 @@ def _client(name):
 
 
 def _event(request, **extra):
-    return {
-        "RequestType": request,
-        "ResourceProperties": PROPS,
-        "StackId": STACK,
-        "RequestId": "r",
-        "LogicalResourceId": "Guard",
-        "ResponseURL": "https://example.invalid/x",
-    } | extra
+    """The CloudFormation User Guide's example request of that type (tests/fixtures/cfn_requests.py) carrying the
+    guard's properties, this test's stack and a physical id only where given: the docs' Update and Delete carry one."""
+    event = cfn_requests.request(
+        request, ResourceProperties=PROPS, StackId=STACK, LogicalResourceId="Guard", ResponseURL="https://example.invalid/x"
+    )
+    event.pop("PhysicalResourceId", None)
+    event.pop("OldResourceProperties", None)
+    return event | extra
 
 
 def _answer(event, ec2=None, cloudformation=None):
@@ -98,12 +95,14 @@ def test_an_empty_describe_answer_is_a_missing_reservation():
 
 
 def test_every_problem_is_in_the_refusal_joined_by_semicolons():
-    wrong = BLOCK | {"State": "expired", "TotalInstanceCount": 2}
+    wrong = BLOCK | {"State": "expired", "Tags": [{"Key": TAG, "Value": "2"}]}
     answer = _answer(_event("Create"), ec2=_ec2([wrong]))
     assert answer == {
         "success": False,
-        "reason": f"Capacity Block check failed: reservation {RID} is expired: buy a new block (`pdkit capacity offerings`) and "
-        f"update capacity.reservation_id; reservation {RID} has instance count 2 but the profile says 4: make the profile match the block",
+        "reason": f"Capacity Block check failed: reservation {RID} is expired (ended; its instances were terminated): buy a new block "
+        f"(`pdkit capacity offerings`) and update capacity.reservation_id; reservation {RID} has 2 instances (its {TAG} tag: EC2 "
+        "reports TotalInstanceCount 0) but the profile says 4: "
+        "make the profile match the block",
         "physical_id": RID,
     }
 
@@ -185,7 +184,7 @@ def test_every_dead_state_is_refused(state):
     ("field", "value", "words"),
     [
         ("InstanceType", "p5.48xlarge", "instance type"),
-        ("TotalInstanceCount", 2, "instance count"),
+        ("Tags", [{"Key": TAG, "Value": "2"}], "has 2 instances"),
         ("AvailabilityZone", "eu-south-2b", "Availability Zone"),
     ],
 )

@@ -16,6 +16,8 @@ import pytest
 from botocore.stub import Stubber
 
 from pdkit.functions import reservation_guard
+from tests.fixtures import cfn_requests
+from tests.fixtures.cmd_support import reservation
 
 OLD = "cr-0aaaaaaaaaaaaaaaa"  # the block the stack was deployed on; it has expired since
 NEW = "cr-0bbbbbbbbbbbbbbbb"  # the block the profile now names
@@ -28,15 +30,8 @@ def _props(rid):
 
 
 def _block(rid, state):
-    return {
-        "CapacityReservationId": rid,
-        "InstanceType": "p5en.48xlarge",
-        "AvailabilityZone": "eu-south-2a",
-        "TotalInstanceCount": 4,
-        "State": state,
-        "ReservationType": "capacity-block",
-        "EndDate": NOW + timedelta(hours=24),
-    }
+    """A Capacity Block as AWS ParallelCluster records one (tests/fixtures/ec2/README.md), with this test's id and state."""
+    return reservation(CapacityReservationId=rid, State=state, EndDate=NOW + timedelta(hours=24))
 
 
 def _client(name):
@@ -64,15 +59,19 @@ class Guard:
         )
 
     def request(self, kind, props, *, old=None, physical=None):
-        event = {
-            "RequestType": kind,
-            "RequestId": f"req-{len(self.answers)}",
-            "ResponseURL": "https://cloudformation-custom-resource-response.example/signed",
-            "ResourceType": "Custom::CapacityBlockGuard",
-            "LogicalResourceId": "ReservationGuardCheck",
-            "StackId": STACK,
-            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:eu-south-2:123456789012:function:guard", **props},
-        }
+        # The CloudFormation User Guide's example request of this type (tests/fixtures/cfn_requests.py), with this stack,
+        # the guard's resource and properties.
+        event = cfn_requests.request(
+            kind,
+            RequestId=f"req-{len(self.answers)}",
+            ResponseURL="https://cloudformation-custom-resource-response.example/signed",
+            ResourceType="Custom::CapacityBlockGuard",
+            LogicalResourceId="ReservationGuardCheck",
+            StackId=STACK,
+            ResourceProperties={"ServiceToken": "arn:aws:lambda:eu-south-2:123456789012:function:guard", **props},
+        )
+        event.pop("OldResourceProperties", None)
+        event.pop("PhysicalResourceId", None)
         if old is not None:
             event["OldResourceProperties"] = {"ServiceToken": "arn:aws:lambda:eu-south-2:123456789012:function:guard", **old}
         if physical is not None:

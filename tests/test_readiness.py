@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -16,6 +15,7 @@ from botocore.stub import Stubber
 
 from pdkit.ops import readiness
 from tests.conftest import plan_of
+from tests.fixtures.cmd_support import kubectl_reporting
 
 ARN = "arn:aws:iam::123456789012:role/Admin"
 
@@ -93,30 +93,6 @@ def test_serving_images_in_ecr(answer, status, words):
     assert words in detail + fix
 
 
-# `kubectl version --client --output=json` prints kubectl's Version struct (kubernetes/kubectl pkg/cmd/version/version.go:
-# clientVersion is apimachinery's version.Info with string major/minor, plus kustomizeVersion); a recorded answer of 1.26.1:
-RECORDED = {
-    "clientVersion": {
-        "major": "1",
-        "minor": "26",
-        "gitVersion": "v1.26.1",
-        "gitCommit": "8f94681cd294aa8cfd3407b8191f6c70214973a4",
-        "gitTreeState": "clean",
-        "buildDate": "2023-01-18T15:58:16Z",
-        "goVersion": "go1.19.5",
-        "compiler": "gc",
-        "platform": "linux/amd64",
-    },
-    "kustomizeVersion": "v4.5.7",
-}
-
-
-def kubectl_answering(minor: str):
-    answer = json.loads(json.dumps(RECORDED))
-    answer["clientVersion"]["minor"] = minor
-    return lambda *a, **k: SimpleNamespace(stdout=json.dumps(answer), returncode=0)
-
-
 @pytest.mark.parametrize(
     ("minor", "status"), [("36", "PASS"), ("35", "PASS"), ("37", "PASS"), ("34", "FAIL"), ("26", "FAIL"), ("36+", "PASS")]
 )
@@ -125,7 +101,7 @@ def test_kubectl_within_one_minor_version_of_the_cluster(minor, status):
     minor such as "36+", which counts as 36."""
     plan = plan_of()
     assert plan.kubernetes_version == "1.36"
-    row = readiness.kubectl(plan, run=kubectl_answering(minor), which=lambda _n: "/usr/local/bin/kubectl")
+    row = readiness.kubectl(plan, run=kubectl_reporting("1", minor), which=lambda _n: "/usr/local/bin/kubectl")
     assert row[1] == status
 
 

@@ -11,7 +11,7 @@ import json
 
 from pdkit.cli.context import load_plan
 from pdkit.cli.main import main
-from tests.test_cmd_preflight import PINS, addon_versions, stub_lambda, stub_node_image
+from tests.test_cmd_preflight import PINS, addon_versions, stub_bootstrap, stub_lambda, stub_node_image
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]  # aws, and pins: the add-on pins fixture
 
@@ -34,6 +34,7 @@ def stub_block_images(aws, *, missing: str | None = None) -> None:
 def stub(aws, quota: float, *, missing: str | None = None) -> None:
     stub_block_images(aws, missing=missing)
     stub_lambda(aws)
+    stub_bootstrap(aws)
     stub_node_image(aws)
     aws("sts").add_response(
         "get_caller_identity", {"Account": "123456789012", "Arn": "arn:aws:iam::123456789012:role/ops", "UserId": "AID"}, {}
@@ -82,5 +83,5 @@ def test_rehearsal_fails_without_the_blocks_images_in_the_blocks_region(aws, pin
     row = checks(capsys)["Block images"]
     assert row["status"] == "FAIL"
     assert "glm51-2p2d/router:router-" in row["detail"]
-    assert "make deploy PROFILE=glm51-fp8-2p2d" in row["fix"]
+    assert "make images PROFILE=glm51-fp8-2p2d" in row["fix"]
     assert ("ecr", None, "eu-south-2") in aws.requested

@@ -38,7 +38,7 @@ def test_the_placeholder_says_how_to_buy_a_block():
 def test_a_reservation_without_a_state_is_refused_as_unknown():
     state_less = {k: v for k, v in BLOCK.items() if k != "State"}
     assert reservation.problems(state_less, WANT) == [
-        f"reservation {RID} is unknown: buy a new block (`pdkit capacity offerings`) and update capacity.reservation_id"
+        f"reservation {RID} is unknown (a state the kit does not know): check the reservation in the EC2 console"
     ]
 
 
@@ -46,11 +46,16 @@ def test_a_reservation_without_a_state_is_refused_as_unknown():
     ("key", "value", "label", "wanted"),
     [
         ("InstanceType", "p5.48xlarge", "instance type", "'p5en.48xlarge'"),
-        ("TotalInstanceCount", 2, "instance count", "4"),
         ("AvailabilityZone", "eu-south-2b", "Availability Zone", "'eu-south-2a'"),
     ],
 )
 def test_a_mismatch_names_the_field_and_what_the_block_has(key, value, label, wanted):
     assert reservation.problems(BLOCK | {key: value}, WANT) == [
         f"reservation {RID} has {label} {value!r} but the profile says {wanted}: make the profile match the block"
+    ]
+
+
+def test_a_count_mismatch_names_what_the_block_has():
+    assert reservation.problems(BLOCK | {"TotalInstanceCount": 2}, WANT) == [
+        f"reservation {RID} has 2 instances but the profile says 4: make the profile match the block"
     ]

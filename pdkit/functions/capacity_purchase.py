@@ -35,6 +35,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pdkit.functions import cfn_response, reservation_guard
+from pdkit.model import reservation
 from pdkit.ops import capacity, purchase
 from pdkit.ops.aws_errors import error_code
 
@@ -53,8 +54,9 @@ PURCHASE_PROPERTIES = (
 # that runs next would refuse an unknown id. Wait up to VISIBLE_TRIES x VISIBLE_EVERY seconds for it.
 VISIBLE_TRIES = 12
 VISIBLE_EVERY = 5.0
-# A reservation in one of these states is the block this resource bought earlier and still holds.
-HELD_STATES = frozenset({*capacity.USABLE_STATES, "payment-pending", "pending", "assessing", "delayed"})
+# A reservation in one of these states is the block this resource bought earlier and still holds: the state table of
+# pdkit/model/reservation.py, the same one the guard reads.
+HELD_STATES = reservation.HELD_STATES
 
 
 def purchase_id(event: dict[str, Any]) -> str:

@@ -14,11 +14,25 @@ from pdkit.functions import cfn_response
 
 
 def handler(event: dict[str, Any], context: Any, *, codebuild: Any = None, respond: Any = cfn_response.send) -> None:
-    physical = event.get("PhysicalResourceId", "not-started")
-    if event["RequestType"] == "Delete":
+    """Answers every request, once: Delete always succeeds, odd properties or an unknown request type fail with the
+    reason (a handler that raises before answering leaves the stack waiting for the resource's ServiceTimeout)."""
+    physical = event.get("PhysicalResourceId") or "not-started"
+    kind = event.get("RequestType")
+    if kind == "Delete":
         respond(event, success=True, reason="builds are not undone; images stay in ECR", physical_id=physical)
         return
-    project = event["ResourceProperties"]["ProjectName"]
+    props = event.get("ResourceProperties")
+    project = props.get("ProjectName") if isinstance(props, dict) else None
+    if kind not in ("Create", "Update") or not isinstance(project, str) or not project:
+        problem = f"unknown RequestType {kind!r}" if kind not in ("Create", "Update") else "ResourceProperties lack ProjectName"
+        respond(
+            event,
+            success=False,
+            reason=f"image build not started: {problem}. Fix: the images stack writes the request (stacks/images_stack.py): "
+            "deploy it again with `make deploy`",
+            physical_id=physical,
+        )
+        return
     try:
         if codebuild is None:
             import boto3

@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from pdkit.errors import KitError
+from pdkit.model import reservation as reservation_rules
 
 if TYPE_CHECKING:
     # Only for annotations: the purchase Lambda ships this module without the plan (and pydantic).
@@ -22,30 +23,11 @@ if TYPE_CHECKING:
 # (an instance "can't launch using an AMI with a different platform" than the block's).
 PLATFORM = "Linux/UNIX"
 
-# What each reservation state means for the deployment, and what to do about it (EC2 user guide,
-# capacity-reservations-using / capacity-blocks-using; payment states are Capacity Block only).
-STATE_MEANING: dict[str, tuple[str, str]] = {
-    "active": ("instances can launch", ""),
-    "scheduled": (
-        "bought, not started yet",
-        "wait for the start; `pdkit nodes up` then (the kit's lifecycle rule also scales up at start)",
-    ),
-    "payment-pending": (
-        "bought, payment still processing (EC2 releases the block if payment fails within 12 h)",
-        "wait, then run `pdkit capacity status` again",
-    ),
-    "payment-failed": ("payment failed; EC2 released the block", "fix the payment method, then buy again: `pdkit capacity offerings`"),
-    "expired": ("ended; its instances were terminated", "buy a new block: `pdkit capacity offerings`"),
-    "cancelled": ("cancelled", "buy a new block: `pdkit capacity offerings`"),
-    "cancelling": ("being cancelled", "buy a new block: `pdkit capacity offerings`"),
-    "failed": ("failed (EC2 could not fulfil it)", "buy a new block: `pdkit capacity offerings`"),
-    "unavailable": ("unavailable", "check the EC2 console, then buy a new block: `pdkit capacity offerings`"),
-    "pending": ("being provisioned", "wait a few minutes, then run `pdkit capacity status` again"),
-    "assessing": ("being assessed by EC2 (future-dated reservation)", "wait, then run `pdkit capacity status` again"),
-    "delayed": ("delayed by EC2", "wait; check the EC2 console for the new start"),
-    "unsupported": ("not supported by EC2", "buy a new block: `pdkit capacity offerings`"),
-}
-USABLE_STATES = frozenset({"active", "scheduled"})
+# What each reservation state means for the deployment, and what to do about it: the one table in
+# pdkit/model/reservation.py (STATES), which the guard and the purchase handler read too.
+STATE_MEANING: dict[str, tuple[str, str]] = {state: (rule.meaning, rule.todo) for state, rule in reservation_rules.STATES.items()}
+USABLE_STATES = reservation_rules.CONFIRMED_STATES
+NO_COUNT = reservation_rules.Count(None, "none")
 
 
 def check_hours(hours: int, *, what: str = "--hours") -> int:
@@ -160,6 +142,12 @@ class Reservation:
     start: datetime | None
     end: datetime | None
     capacity_block_id: str | None
+    # The instances the block has, or will have once it starts (EC2 reports 0 before): pdkit/model/reservation.py.
+    count: reservation_rules.Count = NO_COUNT
+
+    @property
+    def instances(self) -> int | None:
+        return self.count.instances
 
     @property
     def is_capacity_block(self) -> bool:
@@ -214,6 +202,7 @@ def reservation_from(raw: dict[str, Any]) -> Reservation:
         start=raw.get("StartDate"),
         end=raw.get("EndDate"),
         capacity_block_id=raw.get("CapacityBlockId"),
+        count=reservation_rules.instance_count(raw),
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from pdkit.console import span, when
 from pdkit.errors import KitError
 from pdkit.model import placement
+from pdkit.model import reservation as reservation_rules
 from pdkit.model.plan import Plan, RolePlan
 from pdkit.model.topology import CLUSTER_TAG, NODEGROUP_TAG
 from pdkit.ops import capacity
@@ -76,8 +77,9 @@ def down_note(plan: Plan) -> str:
     return "On-demand instances stop billing as they terminate;"
 
 
-def require_block_for_up(res: Reservation, *, now: datetime, drain_minutes: int) -> None:
-    """Refuse `up` unless the block is active and ends after the kit's drain point."""
+def require_block_for_up(res: Reservation, *, now: datetime, drain_minutes: int, need: int | None = None) -> None:
+    """Refuse `up` unless the block is active, ends after the kit's drain point and holds the `need` instances the
+    node groups ask for (the count read once, in pdkit/model/reservation.py)."""
     if res.state == "scheduled":
         starts = res.starts_in(now)
         eta = f" (in {span(starts)})" if starts else ""
@@ -86,13 +88,20 @@ def require_block_for_up(res: Reservation, *, now: datetime, drain_minutes: int)
             "Fix: run `pdkit nodes up` after the start (the kit's lifecycle rule also scales up when EC2 delivers the block)"
         )
     if res.state != "active":
-        meaning, todo = capacity.STATE_MEANING.get(res.state, (res.state, "check it: pdkit capacity status"))
-        raise KitError(f"the block {res.id} is {res.state} ({meaning}), so no instance can launch into it. Fix: {todo}")
+        rule = reservation_rules.state_rule(res.state)
+        raise KitError(f"the block {res.id} is {res.state} ({rule.meaning}), so no instance can launch into it. Fix: {rule.todo}")
     left = res.time_left(now)
     if left is not None and left <= timedelta(minutes=drain_minutes):
         raise KitError(
             f"the block {res.id} ends {when(res.end)}, {span(left)} from now, inside the kit's {drain_minutes} min drain window; "
             "nodes would be drained as they start. Fix: `pdkit capacity extend`, or buy a new block"
+        )
+    if need is not None and res.count.instances != need:
+        # A smaller block leaves the Auto Scaling groups retrying the launches it cannot hold, inside the paid window.
+        note = f" (EC2 reports {res.count.note})" if res.count.note else ""
+        raise KitError(
+            f"the block {res.id} has {res.count.describe()}{note}, the node groups would ask for {need}. "
+            "Fix: make the profile's roles and capacity.instance_count match the block (`pdkit preflight` shows the count)"
         )
 
 

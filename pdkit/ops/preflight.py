@@ -20,10 +20,10 @@ import yaml
 
 from pdkit.console import span, when
 from pdkit.errors import KitError
+from pdkit.model import reservation as reservation_rules
 from pdkit.model.catalog import DATA
 from pdkit.model.plan import Plan
-from pdkit.model.reservation import DEPLOYABLE_STATES
-from pdkit.ops import addon_versions, capacity, scaledown
+from pdkit.ops import addon_versions, capacity, readiness, scaledown
 from pdkit.ops.aws_clients import Aws
 from pdkit.ops.aws_errors import CREDENTIALS, RESERVATION_UNKNOWN, THROTTLED, error_code, iam_action, is_denied
 from pdkit.ops.capacity import Reservation
@@ -81,10 +81,12 @@ class Preflight:
 
     def run(self) -> list[Check]:
         self._guarded("AWS credentials", self._credentials)
+        self._guarded("CDK bootstrap", lambda: self._add(*readiness.cdk_bootstrap(self.aws.client("ssm"), self.aws.region)))
         reservation = self._reservation()
         if reservation is not None:
             self._guarded("Interconnect", lambda: self._interconnect(reservation))
             self._guarded("Reservation topology", lambda: self._topology(reservation))
+        self._add(*readiness.cluster_admins(self.plan))
         self._guarded("GPU vCPU quota", self._quota, denied="WARN")
         if self.plan.rehearses is not None:
             self._guarded("Block images", self._block_images)
@@ -93,6 +95,9 @@ class Preflight:
         self._guarded("GPU node image", self._node_image)
         self._guarded("EKS cluster", self._cluster)
         self._guarded("EKS scale-down", lambda: scaledown.report(self.plan, self.aws, reservation, self._add, now=self.now))
+        if self.plan.rehearses is None:  # a rehearsal builds no image: "Block images" above checks the ones it pulls
+            self._guarded("Serving images", lambda: self._add(*readiness.serving_images(self.plan, self.aws.client("ecr"))))
+        self._add(*readiness.kubectl(self.plan))
         return self.checks
 
     @property
@@ -189,16 +194,18 @@ class Preflight:
             )
 
     def _state(self, res: Reservation) -> None:
-        meaning, todo = capacity.STATE_MEANING.get(res.state, (res.state, "check the reservation in the EC2 console"))
+        """PASS for a paid and dated block, WARN for one the deploy guard lets through but EC2 has not confirmed yet,
+        FAIL for the rest: the state table of pdkit/model/reservation.py, the one the guard applies."""
+        rule = reservation_rules.state_rule(res.state)
         if res.state == "active":
             self._add("Reservation state", "PASS", f"active since {when(res.start)}")
         elif res.state == "scheduled":
             starts = res.starts_in(self.now)
             self._add("Reservation state", "PASS", f"scheduled: starts {when(res.start)}" + (f" (in {span(starts)})" if starts else ""))
-        elif res.state in DEPLOYABLE_STATES:
-            self._add("Reservation state", "WARN", f"{res.state}: {meaning}", todo)
+        elif rule.live:
+            self._add("Reservation state", "WARN", f"{res.state}: {rule.meaning}", rule.todo)
         else:
-            self._add("Reservation state", "FAIL", f"{res.state}: {meaning}", todo)
+            self._add("Reservation state", "FAIL", f"{res.state}: {rule.meaning}", rule.todo)
 
     def _match(self, name: str, actual: str, wanted: str, field: str) -> None:
         if actual == wanted:
@@ -209,14 +216,25 @@ class Preflight:
             )
 
     def _count(self, res: Reservation) -> None:
-        need = self.plan.instance_count
-        if res.total_instances == need:
-            self._add("Instance count", "PASS", f"{need} instances, as the roles need")
-        elif res.total_instances < need:
+        """The count the block has or will have (pdkit/model/reservation.py: before the start EC2 reports 0 and the
+        tag carries it), held to the roles' exactly, as the deploy-time guard does."""
+        need, count = self.plan.instance_count, res.count
+        has = count.describe()
+        note = f"; EC2 reports {count.note}" if count.note else ""
+        if count.instances is None:
             self._add(
                 "Instance count",
                 "FAIL",
-                f"the block has {res.total_instances} instances, the roles need {need}",
+                f"{res.id} reports {has}",
+                "run pdkit preflight again in a few minutes; if it persists, check the block: `pdkit capacity status`",
+            )
+        elif count.instances == need:
+            self._add("Instance count", "PASS", f"{has}, as the roles need{note}")
+        elif count.instances < need:
+            self._add(
+                "Instance count",
+                "FAIL",
+                f"the block has {has}, the roles need {need}{note}",
                 "buy a block of the right size, or shrink roles.*.replicas / nodes_per_replica and capacity.instance_count",
             )
         else:
@@ -224,8 +242,8 @@ class Preflight:
             self._add(
                 "Instance count",
                 "FAIL",
-                f"the block has {res.total_instances} instances, the roles use {need}: the deploy guard refuses a block of another size",
-                f"add replicas to the profile so the roles use {res.total_instances} nodes, and set capacity.instance_count: {res.total_instances}",
+                f"the block has {has}, the roles use {need}: the deploy guard refuses a block of another size{note}",
+                f"add replicas to the profile so the roles use {count.instances} nodes, and set capacity.instance_count: {count.instances}",
             )
 
     def _window(self, res: Reservation) -> None:
@@ -336,8 +354,8 @@ class Preflight:
                 "Block images",
                 "FAIL",
                 f"not in {where}: {', '.join(missing)}",
-                f"build them: `make deploy PROFILE={plan.rehearses}` (its images stack builds in CodeBuild; the GPU node groups "
-                "stay at 0), then run pdkit preflight again",
+                f"build them: `make images PROFILE={plan.rehearses}` (the block profile's images stack and its network, built "
+                "in CodeBuild; no cluster, no GPU), then run pdkit preflight again",
             )
         else:
             self._add("Block images", "PASS", f"all {len(plan.images)} images the rehearsal runs are in {where}")

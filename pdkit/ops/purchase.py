@@ -154,9 +154,7 @@ def find_block(ec2: Any, offer: Offering, purchase_id: str) -> list[Sighting]:
             tags = {t.get("Key"): t.get("Value") for t in raw.get("Tags", [])}
             if tags.get(PURCHASE_TAG) == purchase_id:
                 tagged.append(Sighting(res.id, res.state, res.start, res.end, f"tag {PURCHASE_TAG}={purchase_id}"))
-            elif (
-                res.is_capacity_block and res.total_instances == offer.instance_count and res.start == offer.start and res.end == offer.end
-            ):
+            elif res.is_capacity_block and res.instances == offer.instance_count and res.start == offer.start and res.end == offer.end:
                 alike.append(Sighting(res.id, res.state, res.start, res.end, "same type, AZ, count, start and end (no tag)", certain=False))
         token = page.get("NextToken")
         if not token:

@@ -28,6 +28,9 @@ BOOTSTRAP_PARAMETER = f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version"
 # "kubectl is supported within one minor version (older or newer) of kube-apiserver"
 # (https://kubernetes.io/releases/version-skew-policy/#kubectl).
 KUBECTL_SKEW = 1
+# Looked up at call time, so a test can stand in for the operator's machine without patching the subprocess module.
+WHICH = shutil.which
+RUN = subprocess.run
 
 
 def cluster_admins(plan: Plan) -> Row:
@@ -93,8 +96,9 @@ def serving_images(plan: Plan, ecr: Any) -> Row:
     return ("Serving images", "PASS", f"all {len(built)} images the serving pods pull are in ECR {plan.image_region}", "")
 
 
-def kubectl(plan: Plan, *, run: Any = subprocess.run, which: Any = shutil.which) -> Row:
+def kubectl(plan: Plan, *, run: Any = None, which: Any = None) -> Row:
     """The runbooks' kubectl lines need a kubectl within one minor version of the cluster's Kubernetes."""
+    run, which = run or RUN, which or WHICH
     path = which("kubectl")
     want = plan.kubernetes_version
     if path is None:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pdkit.console import span
 from pdkit.errors import KitError
+from pdkit.model import reservation as reservation_rules
 from pdkit.model.plan import Plan
 from pdkit.ops import capacity
 from pdkit.ops.aws_clients import Aws
@@ -76,10 +77,13 @@ def _aws(plan: Plan, aws: Aws, now: datetime, report: Report) -> None:
     if not plan.reservation_is_placeholder:
         res = capacity.describe_reservation(aws.ec2, plan.reservation_id)
         left = res.time_left(now)
-        detail = res.state
+        rule = reservation_rules.state_rule(res.state)
+        # The state table of pdkit/model/reservation.py: a block that is still coming is WAIT, one that is gone FAIL.
+        detail = res.state if res.state == "active" else f"{res.state} ({rule.meaning}; {rule.todo})"
         if res.end:
             detail += f", ends {res.end:%Y-%m-%d %H:%M} UTC" + (f" ({span(left)} left)" if left else "")
-        report.add("aws", f"block {res.id}", "OK" if res.state == "active" else "WAIT", detail)
+        verdict: State = "OK" if res.state == "active" else "WAIT" if rule.live else "FAIL"
+        report.add("aws", f"block {res.id}", verdict, detail)
     elif plan.purchase is not None:
         report.add("aws", "block", "WAIT", capacity.missing_reservation(plan) or "")
     for role in plan.roles.values():

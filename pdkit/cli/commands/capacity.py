@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pdkit.model.plan import Plan
     from pdkit.ops import purchase
     from pdkit.ops.aws_clients import Aws
-    from pdkit.ops.capacity import Offering, OfferingQuery
+    from pdkit.ops.capacity import Offering, OfferingQuery, Reservation
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -215,6 +215,20 @@ def _report_unclear(outcome: purchase.Outcome, *, what: str, tagged: str | None)
     )
 
 
+def _where(res: Reservation) -> str:
+    """The block's size as pdkit/model/reservation.py reads it: before the start EC2 reports 0 instances and the
+    count comes from the block's tag, which this line names."""
+    count = res.count
+    if count.instances is None:
+        size = f"? x {res.instance_type} (EC2 reports {count.describe()})"
+    elif count.source != "TotalInstanceCount":
+        return f"{count.instances} x {res.instance_type} in {res.availability_zone} once it starts (EC2 reports 0 until then; the count is its {count.source} tag)"
+    else:
+        size = f"{count.instances} x {res.instance_type}"
+    note = f" (EC2 reports {count.note})" if count.note else ""
+    return f"{size} in {res.availability_zone}, {res.available_instances} not launched{note}"
+
+
 def run_status(args: argparse.Namespace) -> int:
     from pdkit import console
     from pdkit.cli.context import in_context, load_plan, pdkit_command
@@ -246,7 +260,7 @@ def run_status(args: argparse.Namespace) -> int:
     rows = [
         ("reservation", f"{res.id} (block {res.capacity_block_id or '-'}, {res.reservation_type})"),
         ("state", f"{res.state}: {meaning}"),
-        ("where", f"{res.total_instances} x {res.instance_type} in {res.availability_zone}, {res.available_instances} not launched"),
+        ("where", _where(res)),
         ("start", console.when(res.start) + (f" (in {console.span(starts)})" if starts else "")),
         ("end", console.when(res.end) + (f" ({console.span(left)} left)" if left and left.total_seconds() > 0 else "")),
         ("interconnect", link or "not reported yet"),

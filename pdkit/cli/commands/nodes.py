@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if args.up and nodes.needs_block(plan):
             reservation_id = capacity.require_reservation(capacity.with_bought_block(plan, aws))
             res = capacity.describe_reservation(aws.ec2, reservation_id)
-            nodes.require_block_for_up(res, now=capacity.now(), drain_minutes=plan.drain_lead_minutes)
+            nodes.require_block_for_up(res, now=capacity.now(), drain_minutes=plan.drain_lead_minutes, need=plan.instance_count)
         targets = {name: nodes.target(role, up=args.up) for name, role in plan.roles.items()}
         if not args.up and not args.no_serving:
             # Pods first: with the LeaderWorkerSets at 0 no disruption budget can hold the node drain.
