@@ -6,6 +6,7 @@ decides anything. Impossible deployments are refused here with the field, the va
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
@@ -26,6 +27,11 @@ from pdkit.model.profile import PLACEHOLDER_RESERVATION, Bench, Network, Paralle
 ROLES = ("prefill", "decode")
 # Every stack exists for every profile; switches change properties, not which stacks exist.
 STACKS = ("network", "cluster", "capacity", "images", "serving", "observability", "ami")
+# The one exception: the stack that buys the block (capacity.purchase) exists only when the profile buys at deploy
+# time. Without a purchase it would hold no resource, and CloudFormation refuses a template without one ("At least
+# one Resources member must be defined"); the CDK CLI skips such a stack, or deletes it once deployed, which is
+# what removing capacity.purchase should do (the purchase's Delete keeps the block). Deployed first by `make deploy`.
+PURCHASE_STACK = "purchase"
 ROLE_LABEL = "pdkit/role"
 # The Kubernetes version the pinned add-ons (pdkit/model/data/addons.yaml) and the kubectl layer (v36) are
 # built for. Moving to another version means bumping those pins together with this tuple.
@@ -273,6 +279,8 @@ class PurchasePlan:
     duration_hours: int
     earliest_start: datetime | None
     latest_end: datetime | None
+    # The value of the tag the block is bought with (pdkit.ops.purchase.PURCHASE_TAG): see purchase_id().
+    purchase_id: str
 
     @property
     def instance_hours(self) -> int:
@@ -438,7 +446,7 @@ def _build(p: Profile, path: str) -> Plan:
             p.images.versions_file,
         ),
         weights=_weights(p),
-        stack_names={part: f"{p.name}-{part}" for part in STACKS},
+        stack_names={part: f"{p.name}-{part}" for part in (*STACKS, *((PURCHASE_STACK,) if p.capacity.purchase else ()))},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,
         private_subnet_mask=PRIVATE_SUBNET_MASK,
@@ -677,6 +685,23 @@ def _arch(instance_type: str) -> str:
     return "arm64" if digits and "g" in family[digits[0] + 1 :] else "x86_64"
 
 
+def purchase_id(deployment: str, region: str, offering_id: str) -> str:
+    """The purchase tag's value: the same for every attempt to buy this offering for this deployment, so a Create
+    that finds a block carrying it adopts that block instead of buying another.
+
+    It must survive what a failed first deploy does: CloudFormation deletes the stack, and the next create gets a
+    new StackId (FACTS: nothing that identifies the purchase may hash it). So it is made of what stays:
+    - the deployment name: two deployments in one account never adopt each other's block;
+    - the region: the reservation and the offering live in it (and `pdkit` knows it without a call);
+    - the offering id: the thing paid for. A later profile with another offering is another purchase, while any
+      retry of this one finds what the first attempt bought (a sold offering is not listed again, so it could
+      not be bought twice anyway: the tag is what lets the retry find it instead of failing).
+    Not the account (the tag is only ever read by DescribeCapacityReservations, which sees one account's
+    reservations, and the CLI would need an STS call to know it), not the stack's or resource's logical id (a
+    refactor that moves the resource, as issue 25 did, must not make the next deploy buy again)."""
+    return hashlib.sha256(f"pdkit-purchase|{deployment}|{region}|{offering_id}".encode()).hexdigest()[:32]
+
+
 def _purchase(p: Profile) -> PurchasePlan | None:
     buy = p.capacity.purchase
     if buy is None:
@@ -698,6 +723,7 @@ def _purchase(p: Profile) -> PurchasePlan | None:
         duration_hours=p.capacity.duration_hours,
         earliest_start=buy.earliest_start,
         latest_end=buy.latest_end,
+        purchase_id=purchase_id(p.name, p.aws.region, buy.offering_id),
     )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pdkit.errors import KitError
-from pdkit.model.plan import Plan
+from pdkit.model.plan import PURCHASE_STACK, Plan
 from pdkit.ops import capacity
 from pdkit.ops.aws_errors import error_code, stack_missing
 
@@ -42,7 +42,8 @@ NODE_GROUP = "AWS::EKS::Nodegroup"
 # update (LaunchTemplate, ReleaseVersion, Version) or a replacement (NodegroupName, AmiType, Subnets, ...).
 CONFIG_ONLY = frozenset({"Labels", "Taints", "Tags", "ScalingConfig", "UpdateConfig", "NodeRepairConfig", "ForceUpdateEnabled"})
 SSM_PARAMETER_TYPE = "AWS::SSM::Parameter::Value<"
-# The Capacity Block bought by `cdk deploy` (capacity.purchase, stacks/capacity_purchase.py).
+# The Capacity Block bought by `cdk deploy` (capacity.purchase, stacks/capacity_purchase.py): in the purchase
+# stack (stacks/purchase_stack.py); a capacity stack deployed by an earlier kit may still hold one.
 PURCHASE = "Custom::CapacityBlockPurchase"
 
 
@@ -187,9 +188,12 @@ def check(plan: Plan, *, cdk_out: Path, cloudformation: Any, eks: Any, ssm: Any)
 
 
 def purchase_pending(plan: Plan, *, cdk_out: Path, cloudformation: Any) -> bool:
-    """True when this deploy creates the purchase resource, so CloudFormation will buy the block: it is in the
-    synthesized capacity stack and not in the deployed one (Update and Delete never buy)."""
-    stack = plan.stack_names["capacity"]
+    """True when this deploy creates the purchase resource, so CloudFormation will buy the block (or adopt the one a
+    rolled-back first create bought): it is in the synthesized purchase stack and not in the deployed one, or that
+    stack is not deployed (Update and Delete never buy)."""
+    stack = plan.stack_names.get(PURCHASE_STACK)
+    if stack is None:
+        return False
     if not _resources(synthesized_template(cdk_out, stack), PURCHASE):
         return False
     deployed = deployed_template(cloudformation, stack)
