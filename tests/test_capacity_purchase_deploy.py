@@ -24,6 +24,7 @@ from tests.test_deploy_check import stub_template
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
 STACK = "glm51-2p2d-capacity"
+PURCHASE_STACK = "glm51-2p2d-purchase"
 OFFERING, FEE = PURCHASE["offering_id"], PURCHASE["confirm_upfront_fee_usd"]
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 
@@ -97,30 +98,30 @@ def test_yes_skips_the_prompt_but_not_the_fee_check(aws, bought, tmp_path, capsy
 
 def test_a_stack_that_already_bought_is_not_asked_again(aws, bought, tmp_path, capsys):
     """Update never buys (pdkit/functions/capacity_purchase.py), so a deployed purchase resource needs no fee."""
-    template = bought.template_json("capacity")
-    for _ in range(2):  # the roll check, then the purchase check
-        stub_template(aws, template)
+    stub_template(aws, bought.template_json("capacity"))  # the roll check
+    stub_template(aws, bought.template_json("purchase"), PURCHASE_STACK)  # the purchase check: the purchase stack holds it
     assert run(aws, bought, tmp_path) == 0
     assert "this deploy buys nothing" in capsys.readouterr().out
 
 
 def _switch_to_literal(aws: Any, bought: Kit, output: str) -> None:
-    """The deployed stack bought its block (GetTemplate: the purchase template; DescribeStacks: its ReservationId output),
-    and the new profile names a literal id (the default kit's launch template holds capacity.reservation_id)."""
+    """The deployed capacity stack read its block from the purchase stack (GetTemplate: the bought kit's capacity
+    template; DescribeStacks of the purchase stack: its ReservationId output), and the new profile names a literal id
+    (the default kit's launch template holds capacity.reservation_id)."""
     stub_template(aws, bought.template_json("capacity"))
     aws("cloudformation").add_response(
         "describe_stacks",
         {
             "Stacks": [
                 {
-                    "StackName": STACK,
+                    "StackName": PURCHASE_STACK,
                     "CreationTime": START,
                     "StackStatus": "UPDATE_COMPLETE",
                     "Outputs": [{"OutputKey": "ReservationId", "OutputValue": output}],
                 }
             ]
         },
-        {"StackName": STACK},
+        {"StackName": PURCHASE_STACK},
     )
     stub_nodegroups(aws, 2, ("glm51-2p2d-decode", "glm51-2p2d-prefill"))
 

@@ -374,6 +374,11 @@ class Plan:
         return replace(self, reservation_id=reservation_id)
 
     @property
+    def purchase_stack_name(self) -> str:
+        """The purchase stack's name, also when this profile buys nothing (a deployed one may still hold the block)."""
+        return stack_name(self.name, PURCHASE_STACK)
+
+    @property
     def reservation_label(self) -> str:
         """The block in descriptions that cannot hold a deploy-time token (a stack's description)."""
         return f"bought at deploy from offering {self.purchase.offering_id}" if self.purchase else self.reservation_id
@@ -446,7 +451,7 @@ def _build(p: Profile, path: str) -> Plan:
             p.images.versions_file,
         ),
         weights=_weights(p),
-        stack_names={part: f"{p.name}-{part}" for part in (*STACKS, *((PURCHASE_STACK,) if p.capacity.purchase else ()))},
+        stack_names={part: stack_name(p.name, part) for part in (*STACKS, *((PURCHASE_STACK,) if p.capacity.purchase else ()))},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,
         private_subnet_mask=PRIVATE_SUBNET_MASK,
@@ -683,6 +688,11 @@ def _arch(instance_type: str) -> str:
     family = instance_type.split(".", 1)[0]
     digits = [i for i, ch in enumerate(family) if ch.isdigit()]
     return "arm64" if digits and "g" in family[digits[0] + 1 :] else "x86_64"
+
+
+def stack_name(deployment: str, part: str) -> str:
+    """The CloudFormation stack name of one part (STACKS, PURCHASE_STACK) of a deployment."""
+    return f"{deployment}-{part}"
 
 
 def purchase_id(deployment: str, region: str, offering_id: str) -> str:

@@ -85,9 +85,11 @@ def deployed_template(cloudformation: Any, stack_name: str) -> dict[str, Any] | 
     return dict(body) if isinstance(body, Mapping) else dict(json.loads(body))
 
 
-def template_changes(deployed: Mapping[str, Any], synthesized: Mapping[str, Any], *, bought: str | None = None) -> list[str]:
-    """What in the synthesized template makes EKS roll or replace a deployed GPU node group. `bought`: the deployed
-    stack's ReservationId output, when it has a purchase resource."""
+def template_changes(
+    deployed: Mapping[str, Any], synthesized: Mapping[str, Any], *, bought: str | None = None, purchase_stack: str | None = None
+) -> list[str]:
+    """What in the synthesized template makes EKS roll or replace a deployed GPU node group. `bought`: the bought id
+    (the ReservationId output of the purchase stack, `purchase_stack`, or of a capacity stack that held the purchase)."""
     changes = []
     before, after = _resources(deployed, LAUNCH_TEMPLATE), _resources(synthesized, LAUNCH_TEMPLATE)
     purchases = _resources(deployed, PURCHASE)
@@ -95,7 +97,7 @@ def template_changes(deployed: Mapping[str, Any], synthesized: Mapping[str, Any]
         old, new = before[logical_id].get("LaunchTemplateData", {}), after[logical_id].get("LaunchTemplateData", {})
         if old == new:
             continue
-        if bought and _substituted(old, lambda v: bought if _attribute_of(v, purchases) else v) == new:
+        if bought and _substituted(old, lambda v: bought if _names_bought(v, purchases, purchase_stack) else v) == new:
             # The same block, now named by its literal id. CloudFormation documents no rule that a changed property
             # expression resolving to the same value skips the update, and AWS::EC2::LaunchTemplate makes a new version
             # on every update of LaunchTemplateData; until that is shown, count it as a new version.
@@ -178,8 +180,12 @@ def check(plan: Plan, *, cdk_out: Path, cloudformation: Any, eks: Any, ssm: Any)
     if deployed is None:
         return None
     changes = template_changes(deployed, synthesized)
-    if changes and _resources(deployed, PURCHASE):  # is it only the bought block, now named by its id?
-        changes = template_changes(deployed, synthesized, bought=capacity.bought_reservation_id(cloudformation, stack))
+    # Is it only the bought block, now named by its id? The deployed stack read it from the purchase stack's output,
+    # or (a capacity stack deployed before issue 25) from its own purchase resource.
+    source = stack if _resources(deployed, PURCHASE) else plan.purchase_stack_name if _reads(deployed, plan.purchase_stack_name) else None
+    if changes and source:
+        bought = capacity.bought_reservation_id(cloudformation, source)
+        changes = template_changes(deployed, synthesized, bought=bought, purchase_stack=plan.purchase_stack_name)
     changes += parameter_changes(cloudformation, ssm, stack, synthesized)
     if plan.market == "on-demand":
         return Verdict(changes=tuple(changes), running={}, on_demand=True)
@@ -220,10 +226,27 @@ def _node_groups(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(props.get("NodegroupName", key)): props for key, props in _resources(template, NODE_GROUP).items()}
 
 
-def _attribute_of(value: Any, purchases: Mapping[str, Any]) -> bool:
-    """Whether `value` is {"Fn::GetAtt": [<a purchase resource>, "ReservationId"]}."""
-    att = value.get("Fn::GetAtt") if isinstance(value, dict) and len(value) == 1 else None
+def _names_bought(value: Any, purchases: Mapping[str, Any], purchase_stack: str | None) -> bool:
+    """Whether `value` is {"Fn::GetAtt": [<a purchase resource>, "ReservationId"]} or a read of the purchase stack's
+    output (Fn::GetStackOutput: the only thing the capacity stack reads from it is the bought id)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    att, read = value.get("Fn::GetAtt"), value.get("Fn::GetStackOutput")
+    if isinstance(read, dict):
+        return purchase_stack is not None and read.get("StackName") == purchase_stack
     return isinstance(att, list) and len(att) == 2 and att[0] in purchases and att[1] == "ReservationId"
+
+
+def _reads(template: Any, stack_name: str) -> bool:
+    """Whether the template reads an output of `stack_name` (Fn::GetStackOutput) anywhere."""
+    if isinstance(template, dict):
+        read = template.get("Fn::GetStackOutput")
+        if isinstance(read, dict) and read.get("StackName") == stack_name:
+            return True
+        return any(_reads(v, stack_name) for v in template.values())
+    if isinstance(template, list):
+        return any(_reads(v, stack_name) for v in template)
+    return False
 
 
 def _substituted(value: Any, swap: Any) -> Any:
