@@ -147,10 +147,10 @@ class Deadline:
     def __init__(self, context: Any, *, clock: Any = time.monotonic) -> None:
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         self._clock = clock
-        self._end = clock() + (remaining() / 1000.0 if remaining else 0.0) - ANSWER_RESERVE_SECONDS
+        self._end = float(clock()) + (remaining() / 1000.0 if remaining else 0.0) - ANSWER_RESERVE_SECONDS
 
     def left(self) -> float:
-        return self._end - self._clock()
+        return self._end - float(self._clock())
 
 
 def handler(
