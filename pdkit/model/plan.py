@@ -25,12 +25,12 @@ from pdkit.model.images import A2A_IMAGES, ImagePlan, plan_images
 from pdkit.model.profile import PLACEHOLDER_RESERVATION, Bench, Network, Parallelism, Profile, Role
 
 ROLES = ("prefill", "decode")
-# Every stack exists for every profile; switches change properties, not which stacks exist.
+# These stacks exist for every profile; switches change properties, not which stacks exist.
 STACKS = ("network", "cluster", "capacity", "images", "serving", "observability", "ami")
 # The one exception: the stack that buys the block (capacity.purchase) exists only when the profile buys at deploy
 # time. Without a purchase it would hold no resource, and CloudFormation refuses a template without one ("At least
-# one Resources member must be defined"); the CDK CLI skips such a stack, or deletes it once deployed, which is
-# what removing capacity.purchase should do (the purchase's Delete keeps the block). Deployed first by `make deploy`.
+# one Resources member must be defined"), so a placeholder resource would be deployed into every account for nothing.
+# Deployed first by `make deploy` (stacks/purchase_stack.py); plan.stack_names has it only when it exists.
 PURCHASE_STACK = "purchase"
 ROLE_LABEL = "pdkit/role"
 # The Kubernetes version the pinned add-ons (pdkit/model/data/addons.yaml) and the kubectl layer (v36) are
