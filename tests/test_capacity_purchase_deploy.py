@@ -19,6 +19,8 @@ from pdkit.model.profile import PLACEHOLDER_RESERVATION
 from tests.conftest import PURCHASE, Kit
 from tests.fixtures import cmd_support
 from tests.fixtures.cmd_support import profile, stub_nodegroups
+from tests.fixtures.purchase_fixtures import held_block
+from tests.test_cmd_capacity import TAG_LOOKUP
 from tests.test_deploy_check import stub_template
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -29,8 +31,9 @@ OFFERING, FEE = PURCHASE["offering_id"], PURCHASE["confirm_upfront_fee_usd"]
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 
 
-def not_deployed(aws: Any) -> None:
-    """CloudFormation answers GetTemplate for an unknown stack with ValidationError 'Stack with id ... does not exist'."""
+def not_deployed(aws: Any, tagged: list[dict[str, Any]] | None = None) -> None:
+    """CloudFormation answers GetTemplate for an unknown stack with ValidationError 'Stack with id ... does not exist';
+    then the purchase's tag is looked for (DescribeCapacityReservations, documented filters): `tagged` (none by default)."""
     for _ in range(2):  # the roll check, then the purchase check
         aws("cloudformation").add_client_error(
             "get_template",
@@ -38,6 +41,7 @@ def not_deployed(aws: Any) -> None:
             service_message=f"Stack with id {STACK} does not exist",
             http_status_code=400,
         )
+    aws("ec2").add_response("describe_capacity_reservations", {"CapacityReservations": tagged or []}, TAG_LOOKUP)
 
 
 def offering(aws: Any, fee: str = FEE) -> None:
@@ -149,3 +153,25 @@ def test_a_literal_id_of_another_block_is_an_ordinary_change(aws, bought, kit, c
     err = capsys.readouterr().err
     assert "gets a new version (CapacityReservationSpecification changed)" in err
     assert "names the bought block" not in err
+
+
+def test_a_retry_after_a_rolled_back_first_create_adopts_without_a_fee(aws, bought, tmp_path, capsys, monkeypatch):
+    """The first create bought and rolled back: no stack, but a block tagged with this purchase's id (AWS
+    ParallelCluster's recorded block, tests/fixtures/purchase_fixtures.py). deploy-check asks no fee and looks up no
+    offering (sold, it is not listed any more: the check would otherwise stop the very deploy that adopts the block)."""
+    from pdkit.ops.purchase import PURCHASE_TAG
+
+    block = held_block(
+        "cr-0fedcba9876543210",
+        instance_type="p5en.48xlarge",
+        availability_zone="eu-south-2a",
+        start=START,
+        end=START,
+        tags={PURCHASE_TAG: bought.plan.purchase.purchase_id},
+    )
+    not_deployed(aws, tagged=[block])
+    monkeypatch.setattr(console, "ask", lambda prompt: (_ for _ in ()).throw(AssertionError("asked for the fee")))
+    assert run(aws, bought, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "cr-0fedcba9876543210 already carries this purchase's tag" in out
+    assert "this deploy buys nothing" in out
