@@ -175,3 +175,35 @@ def test_a_retry_after_a_rolled_back_first_create_adopts_without_a_fee(aws, boug
     out = capsys.readouterr().out
     assert "cr-0fedcba9876543210 already carries this purchase's tag" in out
     assert "this deploy buys nothing" in out
+
+
+def test_a_capacity_stack_that_bought_with_the_earlier_kit_is_refused_with_the_fix(aws, bought, tmp_path, capsys):
+    """Before issue 25 the capacity stack held the purchase resource, its block tagged with a hash of that stack's id.
+    This kit buys in the purchase stack, whose tag would not match: deploying would delete the old resource (keeping
+    the block) and create a purchase that cannot find it. Refused before anything is deployed, naming the block."""
+    earlier = bought.template_json("capacity")
+    # The earlier kit's capacity template: this kit's purchase resource, as it was, inside the capacity stack.
+    (logical_id, resource) = next(
+        (k, r) for k, r in bought.template_json("purchase")["Resources"].items() if r["Type"] == "Custom::CapacityBlockPurchase"
+    )
+    earlier = {**earlier, "Resources": {**earlier["Resources"], logical_id: resource}}
+    stub_template(aws, earlier)
+    aws("cloudformation").add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": STACK,
+                    "CreationTime": START,
+                    "StackStatus": "UPDATE_COMPLETE",
+                    "Outputs": [{"OutputKey": "ReservationId", "OutputValue": "cr-0fedcba9876543210"}],
+                }
+            ]
+        },
+        {"StackName": STACK},
+    )
+    assert run(aws, bought, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "bought cr-0fedcba9876543210 with the kit's earlier purchase resource" in err
+    assert "Fix: put cr-0fedcba9876543210 in capacity.reservation_id and remove capacity.purchase" in err
+    assert err.count("\n") == 1

@@ -52,6 +52,9 @@ class Verdict:
     changes: tuple[str, ...]  # what would roll or replace GPU nodes, one phrase each
     running: dict[str, int]  # deployed GPU node group -> desired size
     on_demand: bool = False  # the groups can surge: EKS launches the replacements on demand
+    # The block a capacity stack deployed by a kit before issue 25 bought with its own purchase resource (tagged with
+    # a hash of that stack's id, which the purchase stack's tag does not match): the cr- id, or "" when unknown.
+    earlier_purchase: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -182,15 +185,32 @@ def check(plan: Plan, *, cdk_out: Path, cloudformation: Any, eks: Any, ssm: Any)
     changes = template_changes(deployed, synthesized)
     # Is it only the bought block, now named by its id? The deployed stack read it from the purchase stack's output,
     # or (a capacity stack deployed before issue 25) from its own purchase resource.
-    source = stack if _resources(deployed, PURCHASE) else plan.purchase_stack_name if _reads(deployed, plan.purchase_stack_name) else None
+    held = bool(_resources(deployed, PURCHASE))
+    source = stack if held else plan.purchase_stack_name if _reads(deployed, plan.purchase_stack_name) else None
+    # With capacity.purchase, a capacity stack that bought its block itself is refused (earlier_purchase_refusal).
+    earlier_kit = held and plan.purchase is not None and not _resources(synthesized, PURCHASE)
+    bought = capacity.bought_reservation_id(cloudformation, source) if source and (changes or earlier_kit) else None
     if changes and source:
-        bought = capacity.bought_reservation_id(cloudformation, source)
         changes = template_changes(deployed, synthesized, bought=bought, purchase_stack=plan.purchase_stack_name)
     changes += parameter_changes(cloudformation, ssm, stack, synthesized)
     if plan.market == "on-demand":
         return Verdict(changes=tuple(changes), running={}, on_demand=True)
+    earlier = (bought or "") if earlier_kit else None
     running = desired_sizes(eks, plan.cluster_name, sorted(_node_groups(deployed))) if changes else {}
-    return Verdict(changes=tuple(changes), running=running)
+    return Verdict(changes=tuple(changes), running=running, earlier_purchase=earlier)
+
+
+def earlier_purchase_refusal(plan: Plan, block: str, *, profile_ref: str | None) -> KitError:
+    """The capacity stack of an earlier kit bought the block itself; the purchase stack would not recognise it (its tag
+    is made of the deployment, region and offering, the earlier one of that stack's id) and would find the offering sold."""
+    which = block or f"the block in the {plan.stack_names['capacity']} stack's ReservationId output"
+    flag = f" --profile {profile_ref}" if profile_ref else ""
+    return KitError(
+        f"the deployed {plan.stack_names['capacity']} stack bought {which} with the kit's earlier purchase resource; this kit buys in "
+        f"{plan.purchase_stack_name}, which would not recognise that block. Nothing was deployed. Fix: put {block or 'that cr- id'} in "
+        f"capacity.reservation_id and remove capacity.purchase, then pdkit nodes down{flag} && make deploy && pdkit nodes up{flag} "
+        '(runbooks/00-capacity-block.md, "From a bought block to capacity.reservation_id")'
+    )
 
 
 def purchase_pending(plan: Plan, *, cdk_out: Path, cloudformation: Any) -> bool:

@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         verdict = deploy_check.check(
             plan, cdk_out=args.cdk_out, cloudformation=aws.client("cloudformation"), eks=aws.eks, ssm=aws.client("ssm")
         )
+    if verdict is not None and verdict.earlier_purchase is not None:
+        raise deploy_check.earlier_purchase_refusal(plan, verdict.earlier_purchase, profile_ref=args.profile)
     if verdict is None:
         console.say(f"deploy check: {stack} is not deployed yet; its node groups are created at desired 0, nothing can roll.")
     elif verdict.on_demand:
