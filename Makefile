@@ -91,10 +91,15 @@ diff: setup ## cdk diff against the deployed stacks (needs AWS credentials)
 	$(CDK) diff --all
 
 # Synthesize once, check what would roll GPU nodes inside a Capacity Block against that assembly (pdkit/ops/deploy_check.py),
-# then deploy exactly the checked assembly.
+# then deploy exactly the checked assembly. With capacity.purchase the purchase stack (NAME-purchase, only the network
+# before it) goes first, right after the fee was typed, so the offering is bought before the cluster's 20-40 minutes;
+# then every stack, each after the stacks it reads (cdk deploy --all follows the stack dependencies).
 deploy: setup ## cdk deploy every stack of PROFILE, after `pdkit deploy-check` (needs AWS credentials; see runbooks/)
 	$(CDK) synth --quiet
 	pdkit deploy-check --cdk-out cdk.out $(if $(PROFILE),--profile $(PROFILE)) $(if $(YES),--yes)
+	@first=$$($(CDK) ls --app cdk.out | grep -e '-purchase$$' || true); \
+	if [ -n "$$first" ]; then echo "deploying $$first first: the Capacity Block purchase"; \
+	$(CDK) deploy --app cdk.out "$$first" --require-approval broadening; fi
 	$(CDK) deploy --app cdk.out --all --require-approval broadening
 
 # The images stack and what it needs (the network), nothing else: a rehearsal pulls the block profile's images, so

@@ -2,10 +2,15 @@
 once on Create, never on Update, and keeps the block on Delete (pdkit/functions/capacity_purchase.py).
 
 `reservation_id` is a token for its ReservationId attribute; every consumer of the reservation id in the
-kit takes it from here when the profile buys at deploy time.
+kit takes it from here (through the purchase stack's output) when the profile buys at deploy time.
+
+What the function may buy is synthesized into its environment, not read from the request: a direct invoke with
+other properties buys nothing (pdkit/functions/capacity_purchase.py, `foreign` and `_create`).
 """
 
 from __future__ import annotations
+
+import json
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -13,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from pdkit.functions import capacity_purchase as handler
 from pdkit.model.plan import Plan, PurchasePlan
 from pdkit.ops.purchase import PURCHASE_TAG
 from stacks.kit_function import KitFunction
@@ -22,6 +28,11 @@ from stacks.policy import acknowledge
 # worst case: reads (51 s each at worst, pdkit.ops.client_config.READS), the dry run and the purchase (70 s each,
 # PURCHASE), the lookup after an unclear answer, and up to a minute waiting for the new block to be visible.
 TIMEOUT_MINUTES = 10
+# How long CloudFormation waits for the answer (1-3600 s; the default is an hour): the function's timeout, plus a
+# minute for Lambda's asynchronous queue, so a handler that answers in time is never cut off and one that dies
+# is reported within minutes, not an hour
+# (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-cloudformation-customresource.html).
+SERVICE_TIMEOUT_MINUTES = TIMEOUT_MINUTES + 1
 
 
 class CapacityPurchase(Construct):
@@ -50,6 +61,12 @@ class CapacityPurchase(Construct):
             key=key,
             log_retention_days=log_retention_days,
             timeout_minutes=TIMEOUT_MINUTES,
+            environment={
+                handler.ENV_PURCHASE: json.dumps(purchase.resource_properties(), sort_keys=True),
+                handler.ENV_PURCHASE_ID: purchase.purchase_id,
+                # The stack's own id: a stack created again gets a new one, and this function with it.
+                handler.ENV_STACK_ID: stack.stack_id,
+            },
         )
         # Lambda retries a failed asynchronous invocation twice by default; a purchase is never re-run by a
         # retry (the handler also adopts a block already carrying its tag).
@@ -70,17 +87,23 @@ class CapacityPurchase(Construct):
         )
         buy = self.function.allow(
             "Buy",
-            # Only a purchase that carries the kit's purchase tag, creating Capacity Reservations in this account and region.
+            # Only a purchase that carries this deployment's purchase tag, creating Capacity Reservations in this account
+            # and region (aws:RequestedRegion is supported by every EC2 action: EC2 User Guide, ExamplePolicies_EC2).
             iam.PolicyStatement(
                 actions=["ec2:PurchaseCapacityBlock"],
                 resources=[reservations],
-                conditions={"Null": {f"aws:RequestTag/{PURCHASE_TAG}": "false"}},
+                conditions={
+                    "StringEquals": {f"aws:RequestTag/{PURCHASE_TAG}": purchase.purchase_id, "aws:RequestedRegion": plan.region},
+                    "ForAllValues:StringEquals": {"aws:TagKeys": [PURCHASE_TAG]},
+                },
             ),
             # Tags only as part of that purchase (TagSpecifications), never on an existing resource.
             iam.PolicyStatement(
                 actions=["ec2:CreateTags"],
                 resources=[reservations],
-                conditions={"StringEquals": {"ec2:CreateAction": "PurchaseCapacityBlock"}},
+                conditions={
+                    "StringEquals": {"ec2:CreateAction": "PurchaseCapacityBlock", f"aws:RequestTag/{PURCHASE_TAG}": purchase.purchase_id}
+                },
             ),
             # The Update handler tells a rollback from a deploy by its own stack's status (as the reservation guard does).
             iam.PolicyStatement(actions=["cloudformation:DescribeStacks"], resources=[stack.stack_id]),
@@ -100,7 +123,10 @@ class CapacityPurchase(Construct):
             resource_type="Custom::CapacityBlockPurchase",
             # No RETAIN: the Delete must reach the handler, which keeps the block and names it in the stack events.
             properties=purchase.resource_properties(),
+            service_timeout=cdk.Duration.minutes(SERVICE_TIMEOUT_MINUTES),
         )
+        # The function acts only on requests for this resource (its logical id is known only once the resource exists).
+        self.function.function.add_environment(handler.ENV_RESOURCE_ID, stack.get_logical_id(self.resource.node.default_child))  # type: ignore[arg-type]
         self.reservation_id = self.resource.get_att_string("ReservationId")
         self.start = self.resource.get_att_string("StartDate")
         self.end = self.resource.get_att_string("EndDate")

@@ -22,7 +22,6 @@ from constructs import Construct
 
 from pdkit.model.plan import Plan, RolePlan
 from stacks.block_lifecycle import BlockLifecycle
-from stacks.capacity_purchase import CapacityPurchase
 from stacks.cluster_stack import NODE_POLICIES
 from stacks.encrypted_log_group import logs_key
 from stacks.gpu_launch_template import GpuLaunchTemplate
@@ -32,7 +31,9 @@ from stacks.reservation_guard import ReservationGuard
 
 
 class CapacityStack(KitStack):
-    def __init__(self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, cluster: eks.ICluster, **kwargs: Any) -> None:
+    def __init__(
+        self, scope: Construct, id_: str, *, plan: Plan, vpc: ec2.IVpc, cluster: eks.ICluster, reservation_id: str, **kwargs: Any
+    ) -> None:
         super().__init__(scope, id_, zones=plan.availability_zones, **kwargs)
         retention = plan.log_retention_days
         key = logs_key(self, "OpsKey", description=f"{plan.name}: Capacity Block automation (logs, queues, notifications)")
@@ -49,13 +50,8 @@ class CapacityStack(KitStack):
             },
         )
 
-        # With capacity.purchase the deploy buys the block, and every consumer reads the id from that resource.
-        self.purchase = (
-            CapacityPurchase(self, "Purchase", plan=plan, purchase=plan.purchase, vpc=vpc, key=key, log_retention_days=retention)
-            if plan.purchase
-            else None
-        )
-        self.reservation_id = self.purchase.reservation_id if self.purchase else plan.reservation_id
+        # The profile's id, or with capacity.purchase the purchase stack's ReservationId (stacks/purchase_stack.py).
+        self.reservation_id = reservation_id
 
         self.placement_group = (
             ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster") if plan.placement_group == "cluster" else None
@@ -147,8 +143,6 @@ class CapacityStack(KitStack):
         )
         for name, template in self.launch_templates.items():
             cdk.CfnOutput(self, f"{name.capitalize()}LaunchTemplateId", value=template.ref)
-        if self.purchase:
-            cdk.CfnOutput(self, "ReservationId", value=self.purchase.reservation_id, description="The Capacity Block this stack bought")
 
     @staticmethod
     def _repair(group: eks.Nodegroup, plan: Plan) -> None:

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import aws_cdk as cdk
 
-from pdkit.model.plan import Plan
+from pdkit.model.plan import PURCHASE_STACK, Plan
 from stacks.ami_stack import AmiStack
 from stacks.capacity_stack import CapacityStack
 from stacks.cluster_stack import ClusterStack
@@ -16,6 +16,7 @@ from stacks.key_policy import GrantsOnlyForAwsResources
 from stacks.network_stack import NetworkStack
 from stacks.observability_stack import ObservabilityStack
 from stacks.policy import attach
+from stacks.purchase_stack import PurchaseStack
 from stacks.serving_stack import ServingStack
 
 S = TypeVar("S", bound=cdk.Stack)
@@ -30,6 +31,12 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         return kind(app, plan.stack_names[key], plan=plan, env=env, description=f"{plan.name}: {what}", **inputs)
 
     network = stack(NetworkStack, "network", "VPC, NAT, endpoints, flow logs")
+    # capacity.purchase: the block is bought in a stack of its own that needs only the network, deployed first.
+    purchase = (
+        stack(PurchaseStack, PURCHASE_STACK, f"Capacity Block bought from offering {plan.purchase.offering_id}", vpc=network.vpc)
+        if plan.purchase
+        else None
+    )
     cluster = stack(ClusterStack, "cluster", "EKS cluster, add-ons, system nodes, access host", vpc=network.vpc)
     capacity = stack(
         CapacityStack,
@@ -39,6 +46,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         else f"on-demand GPU node groups (rehearsal of {plan.rehearses or 'a block profile'})",
         vpc=network.vpc,
         cluster=cluster.cluster,
+        reservation_id=purchase.reservation_id if purchase else plan.reservation_id,
     )
     images = stack(ImagesStack, "images", "ECR repositories and the in-region image build", vpc=network.vpc)
     serving = stack(ServingStack, "serving", "weights bucket, serving identity, DisaggregatedSet and router", cluster=cluster.cluster)
@@ -61,6 +69,7 @@ def build_kit(app: cdk.App, plan: Plan, *, with_policy: bool = True) -> dict[str
         "serving": serving,
         "observability": observability,
         "ami": ami,
+        **({PURCHASE_STACK: purchase} if purchase else {}),
     }
     if with_policy:
         attach(app)

@@ -7,11 +7,18 @@ asynchronously and Lambda retries a failed asynchronous invocation twice by defa
 (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html). Calls go through
 botocore's Stubber, which checks every parameter and reply against the EC2 service model, or through the
 loopback EC2 stand-in (tests/fixtures/ec2_standin.py) where a real timeout is needed.
+
+The CloudFormation requests follow the documented request objects (CloudFormation User Guide, crpg-ref-requests and
+crpg-ref-requesttypes-create/-update/-delete: RequestType, RequestId, ResponseURL, ResourceType, LogicalResourceId,
+StackId, ServiceToken, ResourceProperties, PhysicalResourceId, OldResourceProperties); the ResponseURL host is the one
+CloudFormation-generated requests carry (https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com,
+recorded in kickstarter/serverless-approle-manager test/data/event.js), here for eu-south-2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +27,7 @@ import pytest
 from botocore.stub import Stubber
 
 from pdkit.functions import capacity_purchase
+from pdkit.model.plan import purchase_id
 from pdkit.ops import client_config, purchase
 from tests.fixtures.ec2_standin import HANG, error, items, ok, running
 
@@ -29,8 +37,10 @@ START = datetime.now(UTC).replace(microsecond=0) + timedelta(days=2)
 END = START + timedelta(hours=48)
 CR = "cr-0fedcba9876543210"
 STACK = "arn:aws:cloudformation:eu-south-2:123456789012:stack/glm51-2p2d-capacity/0a1b2c3d-0000-0000-0000-000000000000"
+FUNCTION = "arn:aws:lambda:eu-south-2:123456789012:function:glm51-2p2d-purchase-PurchaseFunction"
+LOGICAL_ID = "PurchaseBlock51AE2C65"
 PROPS = {
-    "ServiceToken": "arn:aws:lambda:eu-south-2:123456789012:function:purchase",
+    "ServiceToken": FUNCTION,
     "OfferingId": "cb-0123456789abcdef0",
     "UpfrontFeeUsd": "98765.43",
     "InstanceType": "p5en.48xlarge",
@@ -42,17 +52,47 @@ PROPS = {
 }
 
 
+# What the purchase stack synthesizes into the function's environment (stacks/capacity_purchase.py).
+PID = purchase_id("glm51-2p2d", "eu-south-2", PROPS["OfferingId"])
+ENV = {
+    capacity_purchase.ENV_PURCHASE: json.dumps({k: v for k, v in PROPS.items() if k != "ServiceToken"}),
+    capacity_purchase.ENV_PURCHASE_ID: PID,
+    capacity_purchase.ENV_STACK_ID: STACK,
+    capacity_purchase.ENV_RESOURCE_ID: LOGICAL_ID,
+}
+
+
+class Context:
+    """The Lambda context attributes the handler reads (Lambda developer guide, python-context): the invoked ARN and
+    the remaining time, 10 minutes (the function's timeout) unless told."""
+
+    def __init__(self, remaining_ms: int = 600_000, arn: str = FUNCTION) -> None:
+        self.invoked_function_arn = arn
+        self.remaining_ms = remaining_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
 def event(kind: str = "Create", **extra: Any) -> dict[str, Any]:
     return {
         "RequestType": kind,
+        "ServiceToken": FUNCTION,
         "RequestId": "11111111-2222-3333-4444-555555555555",
         "ResponseURL": "https://cloudformation-custom-resource-response-eusouth2.s3.amazonaws.com/x",
         "StackId": STACK,
-        "LogicalResourceId": "PurchaseBlock51AE2C65",
+        "LogicalResourceId": LOGICAL_ID,
         "ResourceType": "Custom::CapacityBlockPurchase",
         "ResourceProperties": dict(PROPS),
         **extra,
     }
+
+
+def handle(ev: Any, context: Any = None, **kwargs: Any) -> None:
+    """The handler with the synthesized environment and a real-looking context; no real waiting."""
+    kwargs.setdefault("env", ENV)
+    kwargs.setdefault("sleep", lambda _s: None)
+    capacity_purchase.handler(ev, context or Context(), **kwargs)
 
 
 class Answers(list[dict[str, Any]]):
@@ -120,7 +160,7 @@ def reservation(cr: str = CR, *, tagged: bool = True, state: str = "payment-pend
         "ReservationType": "capacity-block",
     }
     if tagged:
-        row["Tags"] = [{"Key": purchase.PURCHASE_TAG, "Value": capacity_purchase.purchase_id(event())}]
+        row["Tags"] = [{"Key": purchase.PURCHASE_TAG, "Value": PID}]
     return row
 
 
@@ -132,7 +172,7 @@ def request(*, dry: bool) -> dict[str, Any]:
         "TagSpecifications": [
             {
                 "ResourceType": "capacity-reservation",
-                "Tags": [{"Key": purchase.PURCHASE_TAG, "Value": capacity_purchase.purchase_id(event())}],
+                "Tags": [{"Key": purchase.PURCHASE_TAG, "Value": PID}],
             }
         ],
         "DryRun": dry,
@@ -153,7 +193,7 @@ def queue_until_dry_run(ec2: Stubber, buyer: Stubber, *, offering: dict[str, Any
 
 def run(ev: dict[str, Any], ec2_client: Any, buyer_client: Any, cloudformation: Any = None) -> tuple[Answers, Counted]:
     answers, counted = Answers(), Counted(buyer_client)
-    capacity_purchase.handler(ev, None, ec2=ec2_client, purchase_ec2=counted, cloudformation=cloudformation, respond=answers)
+    handle(ev, ec2=ec2_client, purchase_ec2=counted, cloudformation=cloudformation, respond=answers)
     return answers, counted
 
 
@@ -230,13 +270,13 @@ def test_create_answered_503_with_nothing_found_fails_without_a_resend():
         answers, counted = run(event(), ec2, buyer)
     assert counted.real == 1
     assert answers[0]["success"] is False
-    assert f"Key=='{purchase.PURCHASE_TAG}' && Value=='{capacity_purchase.purchase_id(event())}'" in answers[0]["reason"]
+    assert f"Key=='{purchase.PURCHASE_TAG}' && Value=='{PID}'" in answers[0]["reason"]
     assert "it was not sent again" in answers[0]["reason"]
 
 
 def test_a_second_delivery_of_the_same_create_adopts_instead_of_buying():
     """Lambda may deliver the same asynchronous event again; the second delivery finds the block by the tag
-    derived from StackId and LogicalResourceId and buys nothing (one real purchase over both deliveries)."""
+    derived from the deployment, region and offering and buys nothing (one real purchase over both deliveries)."""
     ec2, buyer = client(), client()
     with Stubber(ec2) as s_ec2, Stubber(buyer) as s_buy:
         queue_until_dry_run(s_ec2, s_buy)
@@ -300,7 +340,7 @@ def test_create_that_never_answers_is_sent_once_and_found_by_its_tag(monkeypatch
     answers = Answers()
     with running(script) as stand_in:
         monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", stand_in.url)
-        capacity_purchase.handler(event(), None, respond=answers)
+        handle(event(), respond=answers)
     assert len(stand_in.sent("PurchaseCapacityBlock", dry=False)) == 1
     assert answers[0]["success"] is True
     assert answers[0]["physical_id"] == CR
@@ -355,7 +395,7 @@ def test_delete_keeps_the_block_and_says_where_it_is():
             raise AssertionError(f"Delete called {name}")
 
     answers = Answers()
-    capacity_purchase.handler(event("Delete", PhysicalResourceId=CR), None, ec2=NoAws(), purchase_ec2=NoAws(), respond=answers)
+    handle(event("Delete", PhysicalResourceId=CR), ec2=NoAws(), purchase_ec2=NoAws(), respond=answers)
     assert answers[0]["success"] is True
     assert answers[0]["physical_id"] == CR
     assert f"Capacity Block {CR} is kept" in answers[0]["reason"]
@@ -380,7 +420,7 @@ def test_update_answers_with_the_id_even_when_the_reservation_cannot_be_read():
 def test_delete_after_an_unconfirmed_create_points_at_the_tag():
     """A Create that failed after an unclear answer may still have bought; its Delete names the tag to look for."""
     answers = Answers()
-    ev = event("Delete", PhysicalResourceId=f"purchase-{capacity_purchase.purchase_id(event())}")
-    capacity_purchase.handler(ev, None, respond=answers)
+    ev = event("Delete", PhysicalResourceId=f"purchase-{PID}")
+    handle(ev, respond=answers)
     assert answers[0]["success"] is True
-    assert f"Key=='{purchase.PURCHASE_TAG}' && Value=='{capacity_purchase.purchase_id(event())}'" in answers[0]["reason"]
+    assert f"Key=='{purchase.PURCHASE_TAG}' && Value=='{PID}'" in answers[0]["reason"]

@@ -22,6 +22,8 @@ from tests.conftest import PURCHASE, Kit
 from tests.fixtures import cmd_support
 from tests.fixtures.addon_versions import stub_gate
 from tests.fixtures.cmd_support import profile, stub_nodegroups
+from tests.fixtures.purchase_fixtures import held_block
+from tests.test_cmd_capacity import TAG_LOOKUP
 from tests.test_deploy_check import stub_template
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -35,12 +37,14 @@ def addons_listed(request: pytest.FixtureRequest) -> None:
 
 
 STACK = "glm51-2p2d-capacity"
+PURCHASE_STACK = "glm51-2p2d-purchase"
 OFFERING, FEE = PURCHASE["offering_id"], PURCHASE["confirm_upfront_fee_usd"]
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 
 
-def not_deployed(aws: Any) -> None:
-    """CloudFormation answers GetTemplate for an unknown stack with ValidationError 'Stack with id ... does not exist'."""
+def not_deployed(aws: Any, tagged: list[dict[str, Any]] | None = None) -> None:
+    """CloudFormation answers GetTemplate for an unknown stack with ValidationError 'Stack with id ... does not exist';
+    then the purchase's tag is looked for (DescribeCapacityReservations, documented filters): `tagged` (none by default)."""
     for _ in range(2):  # the roll check, then the purchase check
         aws("cloudformation").add_client_error(
             "get_template",
@@ -48,6 +52,7 @@ def not_deployed(aws: Any) -> None:
             service_message=f"Stack with id {STACK} does not exist",
             http_status_code=400,
         )
+    aws("ec2").add_response("describe_capacity_reservations", {"CapacityReservations": tagged or []}, TAG_LOOKUP)
 
 
 def offering(aws: Any, fee: str = FEE) -> None:
@@ -108,30 +113,30 @@ def test_yes_skips_the_prompt_but_not_the_fee_check(aws, bought, tmp_path, capsy
 
 def test_a_stack_that_already_bought_is_not_asked_again(aws, bought, tmp_path, capsys):
     """Update never buys (pdkit/functions/capacity_purchase.py), so a deployed purchase resource needs no fee."""
-    template = bought.template_json("capacity")
-    for _ in range(2):  # the roll check, then the purchase check
-        stub_template(aws, template)
+    stub_template(aws, bought.template_json("capacity"))  # the roll check
+    stub_template(aws, bought.template_json("purchase"), PURCHASE_STACK)  # the purchase check: the purchase stack holds it
     assert run(aws, bought, tmp_path) == 0
     assert "this deploy buys nothing" in capsys.readouterr().out
 
 
 def _switch_to_literal(aws: Any, bought: Kit, output: str) -> None:
-    """The deployed stack bought its block (GetTemplate: the purchase template; DescribeStacks: its ReservationId output),
-    and the new profile names a literal id (the default kit's launch template holds capacity.reservation_id)."""
+    """The deployed capacity stack read its block from the purchase stack (GetTemplate: the bought kit's capacity
+    template; DescribeStacks of the purchase stack: its ReservationId output), and the new profile names a literal id
+    (the default kit's launch template holds capacity.reservation_id)."""
     stub_template(aws, bought.template_json("capacity"))
     aws("cloudformation").add_response(
         "describe_stacks",
         {
             "Stacks": [
                 {
-                    "StackName": STACK,
+                    "StackName": PURCHASE_STACK,
                     "CreationTime": START,
                     "StackStatus": "UPDATE_COMPLETE",
                     "Outputs": [{"OutputKey": "ReservationId", "OutputValue": output}],
                 }
             ]
         },
-        {"StackName": STACK},
+        {"StackName": PURCHASE_STACK},
     )
     stub_nodegroups(aws, 2, ("glm51-2p2d-decode", "glm51-2p2d-prefill"))
 
@@ -159,3 +164,57 @@ def test_a_literal_id_of_another_block_is_an_ordinary_change(aws, bought, kit, c
     err = capsys.readouterr().err
     assert "gets a new version (CapacityReservationSpecification changed)" in err
     assert "names the bought block" not in err
+
+
+def test_a_retry_after_a_rolled_back_first_create_adopts_without_a_fee(aws, bought, tmp_path, capsys, monkeypatch):
+    """The first create bought and rolled back: no stack, but a block tagged with this purchase's id (AWS
+    ParallelCluster's recorded block, tests/fixtures/purchase_fixtures.py). deploy-check asks no fee and looks up no
+    offering (sold, it is not listed any more: the check would otherwise stop the very deploy that adopts the block)."""
+    from pdkit.ops.purchase import PURCHASE_TAG
+
+    block = held_block(
+        "cr-0fedcba9876543210",
+        instance_type="p5en.48xlarge",
+        availability_zone="eu-south-2a",
+        start=START,
+        end=START,
+        tags={PURCHASE_TAG: bought.plan.purchase.purchase_id},
+    )
+    not_deployed(aws, tagged=[block])
+    monkeypatch.setattr(console, "ask", lambda prompt: (_ for _ in ()).throw(AssertionError("asked for the fee")))
+    assert run(aws, bought, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "cr-0fedcba9876543210 already carries this purchase's tag" in out
+    assert "this deploy buys nothing" in out
+
+
+def test_a_capacity_stack_that_bought_with_the_earlier_kit_is_refused_with_the_fix(aws, bought, tmp_path, capsys):
+    """Before issue 25 the capacity stack held the purchase resource, its block tagged with a hash of that stack's id.
+    This kit buys in the purchase stack, whose tag would not match: deploying would delete the old resource (keeping
+    the block) and create a purchase that cannot find it. Refused before anything is deployed, naming the block."""
+    earlier = bought.template_json("capacity")
+    # The earlier kit's capacity template: this kit's purchase resource, as it was, inside the capacity stack.
+    (logical_id, resource) = next(
+        (k, r) for k, r in bought.template_json("purchase")["Resources"].items() if r["Type"] == "Custom::CapacityBlockPurchase"
+    )
+    earlier = {**earlier, "Resources": {**earlier["Resources"], logical_id: resource}}
+    stub_template(aws, earlier)
+    aws("cloudformation").add_response(
+        "describe_stacks",
+        {
+            "Stacks": [
+                {
+                    "StackName": STACK,
+                    "CreationTime": START,
+                    "StackStatus": "UPDATE_COMPLETE",
+                    "Outputs": [{"OutputKey": "ReservationId", "OutputValue": "cr-0fedcba9876543210"}],
+                }
+            ]
+        },
+        {"StackName": STACK},
+    )
+    assert run(aws, bought, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "bought cr-0fedcba9876543210 with the kit's earlier purchase resource" in err
+    assert "Fix: put cr-0fedcba9876543210 in capacity.reservation_id and remove capacity.purchase" in err
+    assert err.count("\n") == 1

@@ -1,7 +1,8 @@
-"""capacity.purchase in the profile: the capacity stack buys the block, and every consumer of the reservation id
-reads it from that purchase resource (its ReservationId attribute), never from the profile's placeholder.
+"""capacity.purchase in the profile: the purchase stack buys the block, and every consumer of the reservation id
+reads it from that purchase resource (its ReservationId attribute, through the purchase stack's output), never from
+the profile's placeholder.
 
-Without capacity.purchase the templates do not change: tests/test_snapshots.py pins them for the shipped profiles.
+Without capacity.purchase there is no purchase stack: tests/test_snapshots.py pins the shipped profiles' stacks.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ def _purchase_id(template: dict[str, Any]) -> str:
     return logical_id
 
 
-def test_the_capacity_stack_contains_the_purchase_resource(bought):
+def test_the_purchase_stack_contains_the_purchase_resource(bought):
     """The offering, the confirmed fee and the query that finds the offering again (DescribeCapacityBlockOfferings
     has no offering-id filter: InstanceType, InstanceCount, CapacityDurationHours are required) travel in its properties."""
-    template = bought.template_json("capacity")
+    template = bought.template_json("purchase")
     props = _of_type(template, "Custom::CapacityBlockPurchase")[_purchase_id(template)]["Properties"]
     assert props["OfferingId"] == OFFERING
     assert props["UpfrontFeeUsd"] == FEE
@@ -54,7 +55,10 @@ def test_every_consumer_reads_the_id_from_the_purchase_resource(bought):
     """Launch template, guard, lifecycle function and its event rule, and the block clock all name the bought block;
     the placeholder id appears nowhere, so no resource can target a block that does not exist."""
     capacity = bought.template_json("capacity")
-    att = {"Fn::GetAtt": [_purchase_id(capacity), "ReservationId"]}
+    bought_stack = bought.template_json("purchase")
+    att = {"Fn::GetAtt": [_purchase_id(bought_stack), "ReservationId"]}
+    (published,) = [name for name, o in bought_stack["Outputs"].items() if name.startswith("PublishOutput") and o["Value"] == att]
+    att = {"Fn::GetStackOutput": {"StackName": bought.plan.stack_names["purchase"], "Region": bought.plan.region, "OutputName": published}}
     for template in _of_type(capacity, "AWS::EC2::LaunchTemplate").values():
         target = template["Properties"]["LaunchTemplateData"]["CapacityReservationSpecification"]["CapacityReservationTarget"]
         assert target["CapacityReservationId"] == att
@@ -66,8 +70,7 @@ def test_every_consumer_reads_the_id_from_the_purchase_resource(bought):
     assert att in rule["Properties"]["EventPattern"]["detail"]["capacity-reservation-id"]
     observability = bought.template_json("observability")
     clock = next(f for k, f in _of_type(observability, "AWS::Lambda::Function").items() if k.startswith("BlockClock"))
-    output = clock["Properties"]["Environment"]["Variables"]["RESERVATION_ID"]["Fn::GetStackOutput"]["OutputName"]
-    assert capacity["Outputs"][output]["Value"] == att
+    assert clock["Properties"]["Environment"]["Variables"]["RESERVATION_ID"] == att
     for name in ("capacity", "observability"):
         assert PLACEHOLDER_RESERVATION not in json.dumps(bought.template_json(name)), name
 
@@ -85,7 +88,7 @@ def test_the_guard_waits_only_for_a_bought_id(bought, kit):
 def test_lambda_never_retries_the_purchase_invocation(bought):
     """Lambda retries a failed asynchronous invocation twice unless MaximumRetryAttempts is 0
     (AWS::Lambda::EventInvokeConfig; Lambda developer guide, asynchronous invocation error handling)."""
-    capacity = bought.template_json("capacity")
+    capacity = bought.template_json("purchase")
     configs = [c["Properties"] for c in _of_type(capacity, "AWS::Lambda::EventInvokeConfig").values()]
     purchase_fn = next(k for k in _of_type(capacity, "AWS::Lambda::Function") if k.startswith("PurchaseFunction"))
     assert {"FunctionName": {"Ref": purchase_fn}, "MaximumRetryAttempts": 0, "Qualifier": "$LATEST"} in configs
@@ -100,7 +103,7 @@ def test_the_function_may_buy_only_tagged_blocks_and_read(bought):
     """Only the four EC2 actions of a purchase (plus its own stack's status and the kit function basics); the
     purchase needs the kit's tag (aws:RequestTag), and CreateTags only as part of PurchaseCapacityBlock
     (ec2:CreateAction), per the Service Authorization Reference for Amazon EC2."""
-    statements = _purchase_statements(bought.template_json("capacity"))
+    statements = _purchase_statements(bought.template_json("purchase"))
     ec2_actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]) if a.startswith("ec2:")}
     basics = {"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DeleteNetworkInterface"}
     basics |= {"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
@@ -111,10 +114,80 @@ def test_the_function_may_buy_only_tagged_blocks_and_read(bought):
         "ec2:CreateTags",
     }
     buy = next(s for s in statements if s["Action"] == "ec2:PurchaseCapacityBlock")
-    assert buy["Condition"] == {"Null": {"aws:RequestTag/pdkit:purchase-id": "false"}}
     assert "capacity-reservation/*" in json.dumps(buy["Resource"])
     tags = next(s for s in statements if s["Action"] == "ec2:CreateTags")
-    assert tags["Condition"] == {"StringEquals": {"ec2:CreateAction": "PurchaseCapacityBlock"}}
+    assert tags["Condition"]["StringEquals"]["ec2:CreateAction"] == "PurchaseCapacityBlock"
+
+
+def test_the_role_buys_only_with_this_deployments_tag_in_its_region(bought):
+    """A direct invoke cannot make the role buy under another tag or in another region: PurchaseCapacityBlock and its
+    CreateTags need this purchase's tag value (aws:RequestTag, tag-on-create: EC2 User Guide, supported-iam-actions-
+    tagging) and the plan's region (aws:RequestedRegion, supported by every EC2 action: EC2 User Guide,
+    ExamplePolicies_EC2), and no other tag key (aws:TagKeys). The Service Authorization Reference's own condition keys
+    for the action (instance type, AZ) could not be read from a stored copy of the reference, so none is guessed: a key
+    the action does not set makes a StringEquals deny the real purchase."""
+    statements = _purchase_statements(bought.template_json("purchase"))
+    pid = bought.plan.purchase.purchase_id
+    buy = next(s for s in statements if s["Action"] == "ec2:PurchaseCapacityBlock")
+    assert buy["Condition"] == {
+        "StringEquals": {"aws:RequestTag/pdkit:purchase-id": pid, "aws:RequestedRegion": bought.plan.region},
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["pdkit:purchase-id"]},
+    }
+    tags = next(s for s in statements if s["Action"] == "ec2:CreateTags")
+    assert tags["Condition"] == {"StringEquals": {"ec2:CreateAction": "PurchaseCapacityBlock", "aws:RequestTag/pdkit:purchase-id": pid}}
+
+
+def test_the_function_environment_holds_what_it_may_buy(bought):
+    """The handler acts on its environment, never on the request (pdkit/functions/capacity_purchase.py): the purchase
+    properties, its tag, the stack's own AWS::StackId and the resource's logical id are synthesized into it."""
+    from pdkit.functions import capacity_purchase as handler
+
+    template = bought.template_json("purchase")
+    (fn,) = [r for k, r in _of_type(template, "AWS::Lambda::Function").items() if k.startswith("PurchaseFunction")]
+    env = fn["Properties"]["Environment"]["Variables"]
+    assert json.loads(env[handler.ENV_PURCHASE]) == bought.plan.purchase.resource_properties()
+    assert env[handler.ENV_PURCHASE_ID] == bought.plan.purchase.purchase_id
+    assert env[handler.ENV_STACK_ID] == {"Ref": "AWS::StackId"}
+    assert env[handler.ENV_RESOURCE_ID] == _purchase_id(template)
+
+
+def test_the_purchase_answers_within_its_service_timeout(bought):
+    """ServiceTimeout (1-3600 s, default an hour of a waiting stack: AWS::CloudFormation::CustomResource) is set, and
+    longer than the function's own timeout, which the handler answers within."""
+    from stacks.capacity_purchase import SERVICE_TIMEOUT_MINUTES, TIMEOUT_MINUTES
+
+    template = bought.template_json("purchase")
+    (resource,) = _of_type(template, "Custom::CapacityBlockPurchase").values()
+    (fn,) = [r for k, r in _of_type(template, "AWS::Lambda::Function").items() if k.startswith("PurchaseFunction")]
+    assert resource["Properties"]["ServiceTimeout"] == str(SERVICE_TIMEOUT_MINUTES * 60)
+    assert fn["Properties"]["Timeout"] == TIMEOUT_MINUTES * 60 < int(resource["Properties"]["ServiceTimeout"]) <= 3600
+
+
+def test_the_purchase_stack_needs_only_the_network(bought):
+    """Deployed first by `make deploy`, right after the fee is typed: it depends on the network alone, not on the
+    cluster (20-40 minutes to create), and the capacity and observability stacks depend on it, so `cdk deploy --all`
+    never deploys a consumer of the bought id before it (weak references are ordered by these dependencies)."""
+    names = bought.plan.stack_names
+    assert [d.stack_name for d in bought.stacks["purchase"].dependencies] == [names["network"]]
+    for consumer in ("capacity", "observability"):
+        assert names["purchase"] in [d.stack_name for d in bought.stacks[consumer].dependencies], consumer
+
+
+def test_the_purchase_stack_publishes_the_bought_id(bought):
+    """`pdkit` reads the purchase stack's ReservationId output (pdkit.ops.capacity.RESERVATION_OUTPUT)."""
+    from pdkit.ops.capacity import RESERVATION_OUTPUT
+
+    template = bought.template_json("purchase")
+    assert template["Outputs"][RESERVATION_OUTPUT]["Value"] == {"Fn::GetAtt": [_purchase_id(template), "ReservationId"]}
+    assert "ReservationId" not in bought.template_json("capacity").get("Outputs", {})
+
+
+def test_there_is_a_purchase_stack_only_with_a_purchase(kit, bought):
+    """The one stack a switch adds (pdkit.model.plan.PURCHASE_STACK: an empty template is refused by CloudFormation)."""
+    from pdkit.model.plan import PURCHASE_STACK, STACKS
+
+    assert set(kit.stacks) == set(STACKS) == set(kit.plan.stack_names)
+    assert set(bought.stacks) == {*STACKS, PURCHASE_STACK} == set(bought.plan.stack_names)
 
 
 def test_policy_packs_have_no_unacknowledged_findings(bought):
@@ -129,11 +202,14 @@ def test_every_aws_call_of_the_purchase_function_is_allowed(bought):
 
 
 def test_control_tower_rules_pass_with_a_purchase(bought, guard):
-    """AWS Control Tower's cfn-guard rules over the capacity stack with the purchase function; findings only as allow-listed."""
-    path = Path(bought.assembly.directory) / bought.stacks["capacity"].template_file
-    paths = _paths(bought.stacks["capacity"])
-    found = [Finding("purchase", "capacity", c, lid, paths.get(lid, lid)) for c, lid in run_guard(guard, {"capacity": path})["capacity"]]
+    """AWS Control Tower's cfn-guard rules over the purchase stack; findings only as allow-listed, and no stale entry."""
+    path = Path(bought.assembly.directory) / bought.stacks["purchase"].template_file
+    paths = _paths(bought.stacks["purchase"])
+    found = [Finding("purchase", "purchase", c, lid, paths.get(lid, lid)) for c, lid in run_guard(guard, {"purchase": path})["purchase"]]
     assert [str(f) for f in found if not any(_allowed(e, f) for e in allowlist())] == []
+    # The allow-list's purchase-stack entries are kept honest here, the only place that stack exists.
+    stale = [e for e in allowlist() if e["stack"] == "purchase" and not any(_allowed(e, f) for f in found)]
+    assert stale == []
 
 
 def test_purchase_and_a_real_reservation_id_are_refused(raw_with):
@@ -153,7 +229,7 @@ def test_the_plan_carries_the_purchase(bought):
 def test_the_function_bundle_imports_without_the_cli_or_the_plan(bought):
     """The asset CDK bundles (stacks/function_code.py copies only the listed modules) must import on its own in the
     Lambda Python runtime, which has boto3 but not pydantic: no pdkit.model.plan, console or aws_clients on the import path."""
-    capacity = bought.template_json("capacity")
+    capacity = bought.template_json("purchase")
     (fn,) = [r for k, r in _of_type(capacity, "AWS::Lambda::Function").items() if k.startswith("PurchaseFunction")]
     asset = Path(bought.assembly.directory) / f"asset.{fn['Properties']['Code']['S3Key'].removesuffix('.zip')}"
     probe = (
@@ -174,7 +250,7 @@ def test_templates_with_a_purchase_are_cfn_lint_clean(bought):
 
     from tests.test_cfn_lint import _allowed as lint_allowed
 
-    for name in ("capacity", "observability"):
+    for name in ("purchase", "capacity", "observability"):
         template = bought.template_json(name)
         matches = lint(json.dumps(template), regions=[bought.plan.region], config=ManualArgs(regions=[bought.plan.region]))
         assert [f"{m.rule.id} {m.message}" for m in matches if not lint_allowed(m, template)] == [], name

@@ -457,16 +457,25 @@ def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys
 
 # --- a block bought by `make deploy` (capacity.purchase) -------------------------------------------
 
-CAPACITY_STACK = "glm51-2p2d-capacity"
+# The purchase stack (stacks/purchase_stack.py) holds the bought id since issue 25.
+CAPACITY_STACK = "glm51-2p2d-purchase"
+# DescribeCapacityReservations with the documented filters, when the stack has no ReservationId: the block is looked
+# for by its purchase tag (pdkit.ops.capacity.tagged_reservation_id).
+TAG_LOOKUP = {"Filters": [{"Name": "instance-type", "Values": ["p5en.48xlarge"]}, {"Name": "availability-zone", "Values": ["eu-south-2a"]}]}
 
 
 def purchase_profile(tmp_path) -> str:
     return profile(tmp_path, capacity__purchase={"offering_id": "cb-0123456789abcdef0", "confirm_upfront_fee_usd": FEE})
 
 
-def stub_capacity_stack(aws, *, outputs: list[dict[str, str]] | None = None, exists: bool = True) -> None:
+def stub_capacity_stack(
+    aws, *, outputs: list[dict[str, str]] | None = None, exists: bool = True, tagged: list[dict[str, Any]] | None = None
+) -> None:
     """DescribeStacks by name (cloudformation API model): Outputs once the stack is complete; a ValidationError
-    "Stack with id NAME does not exist" when there is no such stack."""
+    "Stack with id NAME does not exist" when there is no such stack. Without a ReservationId output the CLI then
+    looks for the block by its purchase tag: `tagged` is what DescribeCapacityReservations answers (none by default)."""
+    if not any(o.get("OutputKey") == "ReservationId" for o in outputs or []) or not exists:
+        aws("ec2").add_response("describe_capacity_reservations", {"CapacityReservations": tagged or []}, TAG_LOOKUP)
     if not exists:
         aws("cloudformation").add_client_error(
             "describe_stacks",
@@ -506,4 +515,5 @@ def test_before_the_purchase_commands_say_make_deploy_buys_it(aws, tmp_path, cap
     err = capsys.readouterr().err
     assert "Capacity Block not bought yet: `make deploy` buys it" in err
     assert "Traceback" not in err
-    assert [service for service, *_ in aws.requested] == ["cloudformation"]
+    # The stack, then the tag lookup; nothing on the placeholder.
+    assert [service for service, *_ in aws.requested] == ["cloudformation", "ec2"]

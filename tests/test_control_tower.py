@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from pdkit.model import profile_files
+from pdkit.model.plan import PURCHASE_STACK
 from tests.conftest import ROOT, kit_of
 
 ALLOWLIST = ROOT / "tests" / "control_tower_allowlist.yaml"
@@ -155,7 +156,12 @@ def test_templates_meet_the_control_tower_proactive_controls(findings):
 
 def test_every_allow_list_entry_still_matches_a_finding(findings):
     """A stale entry would hide the next real finding of its control on that resource: remove it once fixed."""
-    stale = [f"{e['control']} {e['stack']} {e['resources']}" for e in allowlist() if not any(_allowed(e, f) for f in findings)]
+    # The purchase stack's entries are checked where that stack exists (tests/test_capacity_purchase_stack.py).
+    stale = [
+        f"{e['control']} {e['stack']} {e['resources']}"
+        for e in allowlist()
+        if e["stack"] != PURCHASE_STACK and not any(_allowed(e, f) for f in findings)
+    ]
     assert stale == []
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pdkit.model.plan import STACKS
+from pdkit.model.plan import PURCHASE_STACK, STACKS
 
 WHY = (
     "deployed stacks read these names (Fn::GetStackOutput, runbooks, pdkit), and a PublishOutput name changes only "
@@ -54,6 +54,9 @@ OUTPUTS = {
     "observability": ["InfrastructureDashboard", "PrometheusQueryEndpoint", "ServingDashboard"],
     "ami": ["CandidateParameter", "ImageParameter", "PipelineArn"],
 }
+# The purchase stack, only with capacity.purchase (the `bought` kit): ReservationId is what `pdkit` reads
+# (pdkit.ops.capacity.RESERVATION_OUTPUT); the PublishOutput is what the capacity and observability stacks read.
+PURCHASE_OUTPUTS = ["PublishOutputFnGetAttPurchaseBlock51AE2C65ReservationId444FC661", "ReservationId"]
 
 
 def _stack_outputs(value: Any) -> Iterator[dict[str, str]]:
@@ -97,3 +100,21 @@ def test_every_cross_stack_read_names_a_listed_output(kit, stack):
         assert read["OutputName"] in OUTPUTS[producer], f"{stack} reads {producer} output {read['OutputName']}, not listed; {WHY}"
     if stack != "network":
         assert reads, f"{stack} reads nothing from a sibling stack: this test has lost its subject"
+
+
+def test_the_purchase_stack_outputs_keep_their_names(bought):
+    """A renamed purchase resource would publish another output name: the capacity stack would lose the bought id, and
+    a new logical id would be a new resource (its Create adopts the block by tag, but the rename is still a migration)."""
+    names = set(bought.template_json(PURCHASE_STACK).get("Outputs", {}))
+    assert names == set(PURCHASE_OUTPUTS), f"purchase stack outputs: new {sorted(names - set(PURCHASE_OUTPUTS))}; {WHY}"
+
+
+@pytest.mark.parametrize("stack", [*STACKS, PURCHASE_STACK])
+def test_with_a_purchase_every_cross_stack_read_names_a_listed_output(bought, stack):
+    """With capacity.purchase, too, what a stack reads from a sibling is a listed output, and every output is listed."""
+    listed = {**OUTPUTS, PURCHASE_STACK: PURCHASE_OUTPUTS}
+    by_name = {s.stack_name: key for key, s in bought.stacks.items()}
+    for read in _stack_outputs(bought.template_json(stack)):
+        producer = by_name[read["StackName"]]
+        assert read["OutputName"] in listed[producer], f"{stack} reads {producer} output {read['OutputName']}, not listed; {WHY}"
+    assert set(bought.template_json(stack).get("Outputs", {})) == set(listed[stack]), f"{stack}: {WHY}"

@@ -1,43 +1,60 @@
 """Custom resource that buys the profile's Capacity Block on Create, once, and never again.
 
-The purchase path is pdkit.ops.purchase, the same code `pdkit capacity buy` runs; only the confirmation
-differs: the operator typed the fee before `cdk deploy` (pdkit deploy-check), and here the offering's
+It lives in its own stack (stacks/purchase_stack.py), which `make deploy` deploys first, right after the operator
+typed the fee. The purchase path is pdkit.ops.purchase, the same code `pdkit capacity buy` runs; only the
+confirmation differs: the operator typed the fee before `cdk deploy` (pdkit deploy-check), and here the offering's
 current fee must still equal that fee to the cent.
 
+What it acts on is synthesized into the function's environment, never taken from the request: the offering, fee,
+instance type, count and AZ (PURCHASE), the purchase tag's value (PURCHASE_ID), its stack (STACK_ID, the stack's own
+AWS::StackId) and its resource's logical id (RESOURCE_ID). A request that is not CloudFormation's for this stack and
+resource (another StackId or LogicalResourceId, a ServiceToken that is not this function, a ResponseURL that is not
+CloudFormation's response bucket in this region) gets no answer and buys nothing: answering would PUT to whatever
+URL the caller chose. A Create whose properties differ from the synthesized ones buys nothing either.
+
 Create, in this order, each step able to stop it:
-1. look for a reservation already carrying this resource's purchase tag. The tag value is derived
-   from StackId and LogicalResourceId, so a second delivery of the same Create (Lambda retries
-   asynchronous invocations: https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html)
-   or a Create after a rollback that kept the block adopts that block instead of buying another;
-2. find the offering again (DescribeCapacityBlockOfferings has no offering-id filter, so the query
-   the offering was listed with travels in the properties) and refuse unless instance type, count,
-   AZ and upfront fee equal the profile's;
-3. dry run (DryRunOperation means "you may");
-4. PurchaseCapacityBlock once, on a client with retries off (pdkit.ops.client_config.PURCHASE); an
-   unclear answer is followed by a lookup by tag (pdkit.ops.purchase.send_once), never by a resend;
-5. wait (best effort, about a minute) until DescribeCapacityReservations shows the new block, so the
-   deploy-time guard that checks it next does not refuse an id EC2 has not propagated yet.
+1. look for a held reservation already carrying the purchase tag. Its value (pdkit.model.plan.purchase_id) is made
+   of what survives a stack's deletion (deployment, region, offering), so a second delivery of the same Create
+   (https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html) and the Create of a stack
+   deleted after a failed first create and created again (a new StackId) both adopt the block instead of buying;
+2. find the offering again (DescribeCapacityBlockOfferings has no offering-id filter, so the query the offering was
+   listed with is synthesized too) and refuse unless instance type, count, AZ and upfront fee equal the profile's;
+3. dry run (DryRunOperation means "you may"). UnauthorizedOperation right after the stack created the function's
+   role is IAM propagation, so the dry run, and only the dry run, is tried again a bounded number of times;
+4. PurchaseCapacityBlock once, on a client with retries off (pdkit.ops.client_config.PURCHASE), and only with time
+   left for its longest answer; an unclear answer is followed by a lookup by tag (pdkit.ops.purchase.send_once),
+   never by a resend;
+5. wait (best effort, bounded by the Lambda's remaining time) until DescribeCapacityReservations shows the new
+   block, so the deploy-time guard that checks it next does not refuse an id EC2 has not propagated yet.
 Update never buys: a changed offering is refused with the fix, except while the stack rolls back
 (CloudFormation then sends the previous properties as an Update, with no rollback flag:
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/crpg-ref-requesttypes-update.html).
 Delete never cancels: Capacity Blocks cannot be cancelled
 (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html); the
 reason shown in the stack events says where the block is.
+Every path answers CloudFormation before the function's time runs out, odd or missing properties included: a
+handler that never answers leaves the stack waiting for the resource's ServiceTimeout.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import json
+import os
+import re
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlsplit
 
 from pdkit.functions import cfn_response, reservation_guard
 from pdkit.model import reservation
-from pdkit.ops import capacity, purchase
+from pdkit.ops import capacity, client_config, purchase
 from pdkit.ops.aws_errors import error_code
+from pdkit.ops.client_config import PURCHASE, READS
 
 PURCHASE_PROPERTIES = (
     "OfferingId",
@@ -59,37 +76,131 @@ VISIBLE_EVERY = 5.0
 HELD_STATES = reservation.HELD_STATES
 
 
-def purchase_id(event: dict[str, Any]) -> str:
-    """The purchase tag value: the same for every delivery of this resource's Create in this stack."""
-    return hashlib.sha256(f"{event['StackId']}|{event['LogicalResourceId']}".encode()).hexdigest()[:32]
+# The environment the stack synthesizes into the function (stacks/capacity_purchase.py): what it may act on.
+ENV_PURCHASE = "PURCHASE"  # JSON of PurchasePlan.resource_properties(): offering, fee, type, count, AZ, query
+ENV_PURCHASE_ID = "PURCHASE_ID"  # the purchase tag's value (pdkit.model.plan.purchase_id)
+ENV_STACK_ID = "STACK_ID"  # the stack's own AWS::StackId
+ENV_RESOURCE_ID = "RESOURCE_ID"  # the purchase resource's logical id
+# A dry run answered UnauthorizedOperation just after the stack created the function's role is IAM propagation
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency);
+# the Terraform AWS provider waits up to 2 minutes for IAM changes to propagate (hashicorp/terraform-provider-aws,
+# internal/service/iam/wait.go, propagationTimeout). The dry run buys nothing, so it may be repeated: these are the
+# seconds between tries, 2 minutes in all. The purchase itself is never repeated.
+DRY_RUN_WAITS = (5.0, 10.0, 15.0, 30.0, 30.0, 30.0)
+UNAUTHORIZED = "UnauthorizedOperation"
+# Seconds kept for the answer to CloudFormation (cfn_response.send's own timeout is 30 s) after anything else.
+ANSWER_RESERVE_SECONDS = 35.0
+# What the real purchase may take at worst: its one attempt, then the lookup by tag after an unclear answer.
+PURCHASE_BUDGET_SECONDS = PURCHASE.worst_case + READS.worst_case
+# CloudFormation's response bucket in the region, without dashes (CloudFormation User Guide, "Setting up VPC endpoints
+# for AWS CloudFormation": cloudformation-custom-resource-response-<RegionWithoutDashes>), addressed virtual-hosted
+# style as recorded requests show (https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/...,
+# kickstarter/serverless-approle-manager test/data/event.js).
+RESPONSE_HOST = r"cloudformation-custom-resource-response-{bucket_region}\.s3(?:[.-]{region})?\.amazonaws\.com(?:\.cn)?"
+
+
+@dataclass(frozen=True)
+class Own:
+    """What the stack synthesized into the function: the only stack, resource and purchase it acts on."""
+
+    stack_id: str
+    resource_id: str
+    purchase_id: str
+    props: dict[str, str]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Own:
+        return cls(env[ENV_STACK_ID], env[ENV_RESOURCE_ID], env[ENV_PURCHASE_ID], dict(json.loads(env[ENV_PURCHASE])))
+
+    @property
+    def region(self) -> str:
+        return self.stack_id.split(":")[3]
+
+    @property
+    def placeholder(self) -> str:
+        """The physical id of a resource that holds no confirmed block."""
+        return f"purchase-{self.purchase_id}"
+
+
+def foreign(event: Any, context: Any, own: Own) -> str | None:
+    """Why `event` is not CloudFormation's request for this resource (then it gets no answer at all), or None."""
+    if not isinstance(event, dict):
+        return "the event is not a CloudFormation request"
+    if event.get("RequestType") not in ("Create", "Update", "Delete") or not event.get("RequestId"):
+        return f"request type {event.get('RequestType')!r} is not a CloudFormation custom resource request"
+    if event.get("StackId") != own.stack_id:
+        return f"stack {event.get('StackId')!r} is not this function's stack {own.stack_id}"
+    if event.get("LogicalResourceId") != own.resource_id:
+        return f"resource {event.get('LogicalResourceId')!r} is not this function's resource {own.resource_id}"
+    function_arn = getattr(context, "invoked_function_arn", None)
+    if not function_arn or event.get("ServiceToken") != function_arn:
+        return f"service token {event.get('ServiceToken')!r} is not this function ({function_arn})"
+    url = event.get("ResponseURL")
+    parts = urlsplit(url) if isinstance(url, str) else None
+    host = RESPONSE_HOST.format(bucket_region=own.region.replace("-", ""), region=re.escape(own.region))
+    if parts is None or parts.scheme != "https" or not re.fullmatch(host, parts.hostname or ""):
+        return f"response URL host {parts.hostname if parts else None!r} is not CloudFormation's response bucket in {own.region}"
+    return None
+
+
+class Deadline:
+    """The Lambda's remaining time (context.get_remaining_time_in_millis), minus what the answer needs."""
+
+    def __init__(self, context: Any, *, clock: Any = time.monotonic) -> None:
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        self._clock = clock
+        self._end = float(clock()) + (remaining() / 1000.0 if remaining else 0.0) - ANSWER_RESERVE_SECONDS
+
+    def left(self) -> float:
+        return self._end - float(self._clock())
 
 
 def handler(
-    event: dict[str, Any],
+    event: Any,
     context: Any,
     *,
     ec2: Any = None,
     purchase_ec2: Any = None,
     cloudformation: Any = None,
     respond: Any = cfn_response.send,
+    env: Mapping[str, str] = os.environ,
+    sleep: Any = time.sleep,
+    clock: Any = time.monotonic,
 ) -> None:
+    own = Own.from_env(env)
+    why = foreign(event, context, own)
+    if why:
+        # No answer: the ResponseURL is the caller's, and a forged request must not learn or cause anything.
+        print(f"ignored, nothing bought or answered: {why}")
+        return
+    deadline = Deadline(context, clock=clock)
     kind = event["RequestType"]
     try:
         if kind == "Delete":
-            _delete(event, respond)
+            _delete(event, own, respond)
         elif kind == "Update":
-            _update(event, ec2 or _ec2(), cloudformation, respond)
+            _update(event, own, ec2 or _ec2(), cloudformation, respond)
         else:
-            _create(event, ec2 or _ec2(), purchase_ec2 or _ec2(once=True), respond)
-    except Exception as exc:  # any failure must still answer CloudFormation, or the stack waits for an hour
-        physical = event.get("PhysicalResourceId") or f"purchase-{purchase_id(event)}"
+            _create(event, own, ec2 or _ec2(), purchase_ec2 or _ec2(once=True), respond, deadline, sleep)
+    except Exception as exc:  # any failure must still answer CloudFormation, or the stack waits for the ServiceTimeout
+        physical = event.get("PhysicalResourceId") or own.placeholder
         respond(event, success=False, reason=f"Capacity Block purchase: {_failure(exc)}; nothing more was sent", physical_id=physical)
 
 
-def _create(event: dict[str, Any], ec2: Any, purchase_ec2: Any, respond: Any) -> None:
-    props = event["ResourceProperties"]
-    pid = purchase_id(event)
+def _create(event: dict[str, Any], own: Own, ec2: Any, purchase_ec2: Any, respond: Any, deadline: Deadline, sleep: Any) -> None:
+    props, pid = own.props, own.purchase_id
     tag = f"{purchase.PURCHASE_TAG}={pid}"
+    asked = event.get("ResourceProperties")
+    differs = sorted(k for k in PURCHASE_PROPERTIES if not isinstance(asked, dict) or str(asked.get(k, "")) != props.get(k, ""))
+    if differs:
+        respond(
+            event,
+            success=False,
+            reason=f"the request's {', '.join(differs)} differ from what this stack synthesized into its function; nothing was bought. "
+            "Fix: deploy the purchase stack again with `make deploy` (the function buys only what the profile confirmed)",
+            physical_id=own.placeholder,
+        )
+        return
     held = [
         s
         for s in purchase.find_tagged(
@@ -98,9 +209,9 @@ def _create(event: dict[str, Any], ec2: Any, purchase_ec2: Any, respond: Any) ->
         if s.state in HELD_STATES
     ]
     if held:
-        _bought(event, respond, held[0], f"{held[0].reservation_id} already carries this resource's tag {tag}: adopted, not bought again")
+        _bought(event, respond, held[0], f"{held[0].reservation_id} already carries this purchase's tag {tag}: adopted, not bought again")
         return
-    placeholder = f"purchase-{pid}"
+    placeholder = own.placeholder
     offer = find_offer(ec2, props)
     if offer is None:
         respond(
@@ -122,13 +233,27 @@ def _create(event: dict[str, Any], ec2: Any, purchase_ec2: Any, respond: Any) ->
         )
         return
     what = f"{offer.instance_count} x {offer.instance_type} for {offer.hours} h ({offer.id})"
-    purchase.dry_run(lambda: purchase_ec2.purchase_capacity_block(**purchase.block_request(offer.id, pid, dry=True)), what=what)
+    dry_run(
+        lambda: purchase_ec2.purchase_capacity_block(**purchase.block_request(offer.id, pid, dry=True)),
+        what=what,
+        deadline=deadline,
+        sleep=sleep,
+    )
+    if deadline.left() < PURCHASE_BUDGET_SECONDS:
+        respond(
+            event,
+            success=False,
+            reason=f"only {max(deadline.left(), 0):.0f} s of this function's time is left, less than the {PURCHASE_BUDGET_SECONDS:.0f} s the purchase "
+            f"of {what} and its lookup may take; nothing was bought. Fix: deploy again (`make deploy`)",
+            physical_id=placeholder,
+        )
+        return
     outcome = purchase.buy_block(purchase_ec2, ec2, offer, pid)
     if outcome.status == "bought":
         raw = (outcome.reply or {}).get("CapacityReservation", {})
         res = capacity.reservation_from(raw)
         sighting = purchase.Sighting(res.id, res.state, res.start or offer.start, res.end or offer.end, "the purchase reply")
-        await_visible(ec2, res.id)
+        await_visible(ec2, res.id, sleep=sleep, deadline=deadline)
         _bought(event, respond, sighting, f"bought {res.id}: {what}, tagged {tag}")
         return
     certain = [s for s in outcome.found if s.certain]
@@ -147,9 +272,22 @@ def _create(event: dict[str, Any], ec2: Any, purchase_ec2: Any, respond: Any) ->
     )
 
 
-def _update(event: dict[str, Any], ec2: Any, cloudformation: Any, respond: Any) -> None:
-    physical = event["PhysicalResourceId"]
-    new, old = event["ResourceProperties"], event.get("OldResourceProperties", {})
+def dry_run(call: Any, *, what: str, deadline: Deadline, sleep: Any = time.sleep) -> None:
+    """pdkit.ops.purchase.dry_run, tried again while EC2 answers UnauthorizedOperation (IAM propagation of the
+    function's new role, DRY_RUN_WAITS) and time is left for the purchase after it; any other answer is final."""
+    for wait in (*DRY_RUN_WAITS, None):
+        try:
+            purchase.dry_run(call, what=what)
+            return
+        except Exception as err:
+            if error_code(err) != UNAUTHORIZED or wait is None or deadline.left() - wait < PURCHASE_BUDGET_SECONDS:
+                raise
+        sleep(wait)
+
+
+def _update(event: dict[str, Any], own: Own, ec2: Any, cloudformation: Any, respond: Any) -> None:
+    physical = event.get("PhysicalResourceId") or own.placeholder
+    new, old = _properties(event, "ResourceProperties"), _properties(event, "OldResourceProperties")
     changed = sorted(k for k in PURCHASE_PROPERTIES if new.get(k) != old.get(k))
     if changed:
         status = reservation_guard.stack_status(event["StackId"], cloudformation)
@@ -166,37 +304,49 @@ def _update(event: dict[str, Any], ec2: Any, cloudformation: Any, respond: Any) 
     # The attributes must come back with every answer (consumers read ReservationId); the dates are a courtesy,
     # and a failed read must not fail an Update that buys nothing, least of all a rollback.
     block = purchase.Sighting(physical, "?", None, None, "the physical id")
-    with contextlib.suppress(Exception):
-        found = ec2.describe_capacity_reservations(CapacityReservationIds=[physical]).get("CapacityReservations", [])
-        if found:
-            res = capacity.reservation_from(found[0])
-            block = purchase.Sighting(res.id, res.state, res.start, res.end, "DescribeCapacityReservations")
+    if physical.startswith("cr-"):
+        with contextlib.suppress(Exception):
+            found = ec2.describe_capacity_reservations(CapacityReservationIds=[physical]).get("CapacityReservations", [])
+            if found:
+                res = capacity.reservation_from(found[0])
+                block = purchase.Sighting(res.id, res.state, res.start, res.end, "DescribeCapacityReservations")
     respond(
         event, success=True, reason=f"{physical} kept; nothing bought (Update never purchases)", physical_id=physical, data=_data(block)
     )
 
 
-def _delete(event: dict[str, Any], respond: Any) -> None:
-    physical = event.get("PhysicalResourceId", "")
+def _properties(event: dict[str, Any], key: str) -> dict[str, Any]:
+    """A request's properties; a missing or malformed set reads as none (a direct invoke can send anything)."""
+    value = event.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _delete(event: dict[str, Any], own: Own, respond: Any) -> None:
+    physical = event.get("PhysicalResourceId") or ""
+    if not isinstance(physical, str):
+        physical = ""
     if physical.startswith("cr-"):
         reason = (
             f"Capacity Block {physical} is kept and still billed: blocks cannot be cancelled, and deleting this resource only forgets it. "
-            f"To use it, put {physical} in capacity.reservation_id and remove capacity.purchase "
+            "Deploying the purchase stack again adopts it (it carries this purchase's tag); "
+            f"to use it without the purchase stack, put {physical} in capacity.reservation_id and remove capacity.purchase "
             f"(see `aws ec2 describe-capacity-reservations --capacity-reservation-ids {physical}`)"
         )
     else:
         # No confirmed purchase. After an unclear answer the block may still exist: point at the tag, cancel nothing.
-        lookup = _lookup(event["ResourceProperties"], purchase_id(event))
         reason = (
             "no purchase was confirmed by this resource; nothing is cancelled. If its Create reported an unclear answer, "
-            f"look for its tag before buying again: `{lookup}`"
+            f"look for its tag before buying again: `{_lookup(own.props, own.purchase_id)}` (deploying again adopts a block carrying it)"
         )
-    respond(event, success=True, reason=reason, physical_id=physical or f"purchase-{purchase_id(event)}")
+    respond(event, success=True, reason=reason, physical_id=physical or own.placeholder)
 
 
-def await_visible(ec2: Any, reservation_id: str, *, sleep: Any = time.sleep) -> bool:
-    """Best effort, after a purchase that succeeded: never fails the resource, which now holds a paid block."""
+def await_visible(ec2: Any, reservation_id: str, *, sleep: Any = time.sleep, deadline: Deadline | None = None) -> bool:
+    """Best effort, after a purchase that succeeded: never fails the resource, which now holds a paid block, and
+    stops while time is left to answer (each Describe may take READS.worst_case)."""
     for attempt in range(VISIBLE_TRIES):
+        if deadline is not None and deadline.left() < READS.worst_case:
+            return False
         try:
             if ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id]).get("CapacityReservations"):
                 return True
@@ -204,6 +354,8 @@ def await_visible(ec2: Any, reservation_id: str, *, sleep: Any = time.sleep) -> 
             if error_code(exc) != "InvalidCapacityReservationId.NotFound":
                 return False
         if attempt + 1 < VISIBLE_TRIES:
+            if deadline is not None and deadline.left() - VISIBLE_EVERY < READS.worst_case:
+                return False
             sleep(VISIBLE_EVERY)
     return False
 
@@ -264,6 +416,4 @@ def _ec2(*, once: bool = False) -> Any:
     """EC2 with the CLI's timeouts; the purchase client is never retried (pdkit.ops.client_config.PURCHASE)."""
     import boto3
 
-    from pdkit.ops.client_config import PURCHASE, READS
-
-    return boto3.client("ec2", config=(PURCHASE if once else READS).config())
+    return boto3.client("ec2", config=(client_config.PURCHASE if once else client_config.READS).config())

@@ -6,6 +6,7 @@ decides anything. Impossible deployments are refused here with the field, the va
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from datetime import datetime
@@ -25,8 +26,13 @@ from pdkit.model.images import A2A_IMAGES, ImagePlan, plan_images
 from pdkit.model.profile import PLACEHOLDER_RESERVATION, Bench, Network, Parallelism, Profile, Role
 
 ROLES = ("prefill", "decode")
-# Every stack exists for every profile; switches change properties, not which stacks exist.
+# These stacks exist for every profile; switches change properties, not which stacks exist.
 STACKS = ("network", "cluster", "capacity", "images", "serving", "observability", "ami")
+# The one exception: the stack that buys the block (capacity.purchase) exists only when the profile buys at deploy
+# time. Without a purchase it would hold no resource, and CloudFormation refuses a template without one ("At least
+# one Resources member must be defined"), so a placeholder resource would be deployed into every account for nothing.
+# Deployed first by `make deploy` (stacks/purchase_stack.py); plan.stack_names has it only when it exists.
+PURCHASE_STACK = "purchase"
 ROLE_LABEL = "pdkit/role"
 # The Kubernetes version the pinned add-ons (pdkit/model/data/addons.yaml) and the kubectl layer (v36) are
 # built for. Moving to another version means bumping those pins together with this tuple.
@@ -343,6 +349,8 @@ class PurchasePlan:
     duration_hours: int
     earliest_start: datetime | None
     latest_end: datetime | None
+    # The value of the tag the block is bought with (pdkit.ops.purchase.PURCHASE_TAG): see purchase_id().
+    purchase_id: str
 
     @property
     def instance_hours(self) -> int:
@@ -439,6 +447,11 @@ class Plan:
         return replace(self, reservation_id=reservation_id)
 
     @property
+    def purchase_stack_name(self) -> str:
+        """The purchase stack's name, also when this profile buys nothing (a deployed one may still hold the block)."""
+        return stack_name(self.name, PURCHASE_STACK)
+
+    @property
     def reservation_label(self) -> str:
         """The block in descriptions that cannot hold a deploy-time token (a stack's description)."""
         return f"bought at deploy from offering {self.purchase.offering_id}" if self.purchase else self.reservation_id
@@ -514,7 +527,7 @@ def _build(p: Profile, path: str) -> Plan:
             p.images.versions_file,
         ),
         weights=_weights(p),
-        stack_names={part: f"{p.name}-{part}" for part in STACKS},
+        stack_names={part: stack_name(p.name, part) for part in (*STACKS, *((PURCHASE_STACK,) if p.capacity.purchase else ()))},
         interface_endpoints=INTERFACE_ENDPOINTS,
         gateway_endpoints=GATEWAY_ENDPOINTS,
         private_subnet_mask=PRIVATE_SUBNET_MASK,
@@ -754,6 +767,28 @@ def _arch(instance_type: str) -> str:
     return "arm64" if digits and "g" in family[digits[0] + 1 :] else "x86_64"
 
 
+def stack_name(deployment: str, part: str) -> str:
+    """The CloudFormation stack name of one part (STACKS, PURCHASE_STACK) of a deployment."""
+    return f"{deployment}-{part}"
+
+
+def purchase_id(deployment: str, region: str, offering_id: str) -> str:
+    """The purchase tag's value: the same for every attempt to buy this offering for this deployment, so a Create
+    that finds a block carrying it adopts that block instead of buying another.
+
+    It must survive what a failed first deploy does: CloudFormation deletes the stack, and the next create gets a
+    new StackId (FACTS: nothing that identifies the purchase may hash it). So it is made of what stays:
+    - the deployment name: two deployments in one account never adopt each other's block;
+    - the region: the reservation and the offering live in it (and `pdkit` knows it without a call);
+    - the offering id: the thing paid for. A later profile with another offering is another purchase, while any
+      retry of this one finds what the first attempt bought (a sold offering is not listed again, so it could
+      not be bought twice anyway: the tag is what lets the retry find it instead of failing).
+    Not the account (the tag is only ever read by DescribeCapacityReservations, which sees one account's
+    reservations, and the CLI would need an STS call to know it), not the stack's or resource's logical id (a
+    refactor that moves the resource, as issue 25 did, must not make the next deploy buy again)."""
+    return hashlib.sha256(f"pdkit-purchase|{deployment}|{region}|{offering_id}".encode()).hexdigest()[:32]
+
+
 def _purchase(p: Profile) -> PurchasePlan | None:
     buy = p.capacity.purchase
     if buy is None:
@@ -775,6 +810,7 @@ def _purchase(p: Profile) -> PurchasePlan | None:
         duration_hours=p.capacity.duration_hours,
         earliest_start=buy.earliest_start,
         latest_end=buy.latest_end,
+        purchase_id=purchase_id(p.name, p.aws.region, buy.offering_id),
     )
 
 

@@ -307,18 +307,20 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-# The capacity stack's output naming the block its purchase resource bought (stacks/capacity_stack.py).
+# The purchase stack's output naming the block its purchase resource bought (stacks/purchase_stack.py).
 RESERVATION_OUTPUT = "ReservationId"
 
 
 def with_bought_block(plan: Plan, aws: Aws) -> Plan:
     """The plan a command works on. With capacity.purchase the profile holds only the placeholder: the block is
-    the one the deployed capacity stack bought, read from its ReservationId output (cloudformation:DescribeStacks),
-    the same id every resource of the stacks uses. Unchanged without a purchase, and until the stack has the
-    output, when `missing_reservation` says "not bought yet"."""
+    the one the purchase stack bought, read from its ReservationId output (cloudformation:DescribeStacks), the id
+    every resource of the stacks uses. When the stack has no such output (not deployed yet, or a failed first create
+    rolled it back and deleted it, keeping the paid block) the block is found by its own purchase tag, which lives on
+    the reservation, outside any stack (pdkit.model.plan.purchase_id). Unchanged without a purchase, and when neither
+    finds a block, when `missing_reservation` says "not bought yet"."""
     if plan.purchase is None or not plan.reservation_is_placeholder:
         return plan
-    bought = bought_reservation_id(aws.client("cloudformation"), plan.stack_names["capacity"])
+    bought = bought_reservation_id(aws.client("cloudformation"), plan.stack_names["purchase"]) or tagged_reservation_id(aws.ec2, plan)
     return replace(plan, reservation_id=bought, reservation_is_placeholder=False) if bought else plan
 
 
@@ -336,6 +338,22 @@ def bought_reservation_id(cloudformation: Any, stack_name: str) -> str | None:
     return next((o["OutputValue"] for o in outputs if o.get("OutputKey") == RESERVATION_OUTPUT and o.get("OutputValue")), None)
 
 
+def tagged_reservation_id(ec2: Any, plan: Plan) -> str | None:
+    """The block bought for this plan's purchase, found by its tag: a usable one first, else whatever EC2 shows (a
+    pending or expired block is still that block, and its state says more than "not bought yet" would)."""
+    from pdkit.ops import purchase
+
+    assert plan.purchase is not None
+    found = purchase.find_tagged(
+        ec2,
+        instance_type=plan.purchase.instance_type,
+        availability_zone=plan.purchase.availability_zone,
+        purchase_id=plan.purchase.purchase_id,
+    )
+    best = next((s for s in found if s.state in USABLE_STATES), found[0] if found else None)
+    return best.reservation_id if best else None
+
+
 def missing_reservation(plan: Plan) -> str | None:
     """Why the plan names no block to read yet, with the one next step; None when it names one."""
     if not plan.reservation_is_placeholder:
@@ -343,7 +361,8 @@ def missing_reservation(plan: Plan) -> str | None:
     if plan.purchase is not None:
         return (
             f"Capacity Block not bought yet: `make deploy` buys it (capacity.purchase, offering {plan.purchase.offering_id}; "
-            f"the {plan.stack_names['capacity']} stack has no {RESERVATION_OUTPUT} output in {plan.region})"
+            f"the {plan.stack_names['purchase']} stack has no {RESERVATION_OUTPUT} output in {plan.region}, "
+            f"and no reservation there carries its purchase tag)"
         )
     return (
         f"the profile ({plan.profile_path}) still has the synth-only placeholder reservation {plan.reservation_id}. "

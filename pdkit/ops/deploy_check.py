@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pdkit.errors import KitError
-from pdkit.model.plan import Plan
+from pdkit.model.plan import PURCHASE_STACK, Plan
 from pdkit.ops import capacity
 from pdkit.ops.aws_errors import error_code, stack_missing
 
@@ -42,7 +42,8 @@ NODE_GROUP = "AWS::EKS::Nodegroup"
 # update (LaunchTemplate, ReleaseVersion, Version) or a replacement (NodegroupName, AmiType, Subnets, ...).
 CONFIG_ONLY = frozenset({"Labels", "Taints", "Tags", "ScalingConfig", "UpdateConfig", "NodeRepairConfig", "ForceUpdateEnabled"})
 SSM_PARAMETER_TYPE = "AWS::SSM::Parameter::Value<"
-# The Capacity Block bought by `cdk deploy` (capacity.purchase, stacks/capacity_purchase.py).
+# The Capacity Block bought by `cdk deploy` (capacity.purchase, stacks/capacity_purchase.py): in the purchase
+# stack (stacks/purchase_stack.py); a capacity stack deployed by an earlier kit may still hold one.
 PURCHASE = "Custom::CapacityBlockPurchase"
 
 
@@ -51,6 +52,9 @@ class Verdict:
     changes: tuple[str, ...]  # what would roll or replace GPU nodes, one phrase each
     running: dict[str, int]  # deployed GPU node group -> desired size
     on_demand: bool = False  # the groups can surge: EKS launches the replacements on demand
+    # The block a capacity stack deployed by a kit before issue 25 bought with its own purchase resource (tagged with
+    # a hash of that stack's id, which the purchase stack's tag does not match): the cr- id, or "" when unknown.
+    earlier_purchase: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -84,9 +88,11 @@ def deployed_template(cloudformation: Any, stack_name: str) -> dict[str, Any] | 
     return dict(body) if isinstance(body, Mapping) else dict(json.loads(body))
 
 
-def template_changes(deployed: Mapping[str, Any], synthesized: Mapping[str, Any], *, bought: str | None = None) -> list[str]:
-    """What in the synthesized template makes EKS roll or replace a deployed GPU node group. `bought`: the deployed
-    stack's ReservationId output, when it has a purchase resource."""
+def template_changes(
+    deployed: Mapping[str, Any], synthesized: Mapping[str, Any], *, bought: str | None = None, purchase_stack: str | None = None
+) -> list[str]:
+    """What in the synthesized template makes EKS roll or replace a deployed GPU node group. `bought`: the bought id
+    (the ReservationId output of the purchase stack, `purchase_stack`, or of a capacity stack that held the purchase)."""
     changes = []
     before, after = _resources(deployed, LAUNCH_TEMPLATE), _resources(synthesized, LAUNCH_TEMPLATE)
     purchases = _resources(deployed, PURCHASE)
@@ -94,7 +100,7 @@ def template_changes(deployed: Mapping[str, Any], synthesized: Mapping[str, Any]
         old, new = before[logical_id].get("LaunchTemplateData", {}), after[logical_id].get("LaunchTemplateData", {})
         if old == new:
             continue
-        if bought and _substituted(old, lambda v: bought if _attribute_of(v, purchases) else v) == new:
+        if bought and _substituted(old, lambda v: bought if _names_bought(v, purchases, purchase_stack) else v) == new:
             # The same block, now named by its literal id. CloudFormation documents no rule that a changed property
             # expression resolving to the same value skips the update, and AWS::EC2::LaunchTemplate makes a new version
             # on every update of LaunchTemplateData; until that is shown, count it as a new version.
@@ -177,19 +183,43 @@ def check(plan: Plan, *, cdk_out: Path, cloudformation: Any, eks: Any, ssm: Any)
     if deployed is None:
         return None
     changes = template_changes(deployed, synthesized)
-    if changes and _resources(deployed, PURCHASE):  # is it only the bought block, now named by its id?
-        changes = template_changes(deployed, synthesized, bought=capacity.bought_reservation_id(cloudformation, stack))
+    # Is it only the bought block, now named by its id? The deployed stack read it from the purchase stack's output,
+    # or (a capacity stack deployed before issue 25) from its own purchase resource.
+    held = bool(_resources(deployed, PURCHASE))
+    source = stack if held else plan.purchase_stack_name if _reads(deployed, plan.purchase_stack_name) else None
+    # With capacity.purchase, a capacity stack that bought its block itself is refused (earlier_purchase_refusal).
+    earlier_kit = held and plan.purchase is not None and not _resources(synthesized, PURCHASE)
+    bought = capacity.bought_reservation_id(cloudformation, source) if source and (changes or earlier_kit) else None
+    if changes and source:
+        changes = template_changes(deployed, synthesized, bought=bought, purchase_stack=plan.purchase_stack_name)
     changes += parameter_changes(cloudformation, ssm, stack, synthesized)
     if plan.market == "on-demand":
         return Verdict(changes=tuple(changes), running={}, on_demand=True)
+    earlier = (bought or "") if earlier_kit else None
     running = desired_sizes(eks, plan.cluster_name, sorted(_node_groups(deployed))) if changes else {}
-    return Verdict(changes=tuple(changes), running=running)
+    return Verdict(changes=tuple(changes), running=running, earlier_purchase=earlier)
+
+
+def earlier_purchase_refusal(plan: Plan, block: str, *, profile_ref: str | None) -> KitError:
+    """The capacity stack of an earlier kit bought the block itself; the purchase stack would not recognise it (its tag
+    is made of the deployment, region and offering, the earlier one of that stack's id) and would find the offering sold."""
+    which = block or f"the block in the {plan.stack_names['capacity']} stack's ReservationId output"
+    flag = f" --profile {profile_ref}" if profile_ref else ""
+    return KitError(
+        f"the deployed {plan.stack_names['capacity']} stack bought {which} with the kit's earlier purchase resource; this kit buys in "
+        f"{plan.purchase_stack_name}, which would not recognise that block. Nothing was deployed. Fix: put {block or 'that cr- id'} in "
+        f"capacity.reservation_id and remove capacity.purchase, then pdkit nodes down{flag} && make deploy && pdkit nodes up{flag} "
+        '(runbooks/00-capacity-block.md, "From a bought block to capacity.reservation_id")'
+    )
 
 
 def purchase_pending(plan: Plan, *, cdk_out: Path, cloudformation: Any) -> bool:
-    """True when this deploy creates the purchase resource, so CloudFormation will buy the block: it is in the
-    synthesized capacity stack and not in the deployed one (Update and Delete never buy)."""
-    stack = plan.stack_names["capacity"]
+    """True when this deploy creates the purchase resource, so CloudFormation will buy the block (or adopt the one a
+    rolled-back first create bought): it is in the synthesized purchase stack and not in the deployed one, or that
+    stack is not deployed (Update and Delete never buy)."""
+    stack = plan.stack_names.get(PURCHASE_STACK)
+    if stack is None:
+        return False
     if not _resources(synthesized_template(cdk_out, stack), PURCHASE):
         return False
     deployed = deployed_template(cloudformation, stack)
@@ -216,10 +246,27 @@ def _node_groups(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(props.get("NodegroupName", key)): props for key, props in _resources(template, NODE_GROUP).items()}
 
 
-def _attribute_of(value: Any, purchases: Mapping[str, Any]) -> bool:
-    """Whether `value` is {"Fn::GetAtt": [<a purchase resource>, "ReservationId"]}."""
-    att = value.get("Fn::GetAtt") if isinstance(value, dict) and len(value) == 1 else None
+def _names_bought(value: Any, purchases: Mapping[str, Any], purchase_stack: str | None) -> bool:
+    """Whether `value` is {"Fn::GetAtt": [<a purchase resource>, "ReservationId"]} or a read of the purchase stack's
+    output (Fn::GetStackOutput: the only thing the capacity stack reads from it is the bought id)."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    att, read = value.get("Fn::GetAtt"), value.get("Fn::GetStackOutput")
+    if isinstance(read, dict):
+        return purchase_stack is not None and read.get("StackName") == purchase_stack
     return isinstance(att, list) and len(att) == 2 and att[0] in purchases and att[1] == "ReservationId"
+
+
+def _reads(template: Any, stack_name: str) -> bool:
+    """Whether the template reads an output of `stack_name` (Fn::GetStackOutput) anywhere."""
+    if isinstance(template, dict):
+        read = template.get("Fn::GetStackOutput")
+        if isinstance(read, dict) and read.get("StackName") == stack_name:
+            return True
+        return any(_reads(v, stack_name) for v in template.values())
+    if isinstance(template, list):
+        return any(_reads(v, stack_name) for v in template)
+    return False
 
 
 def _substituted(value: Any, swap: Any) -> Any:

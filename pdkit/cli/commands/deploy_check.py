@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         verdict = deploy_check.check(
             plan, cdk_out=args.cdk_out, cloudformation=aws.client("cloudformation"), eks=aws.eks, ssm=aws.client("ssm")
         )
+    if verdict is not None and verdict.earlier_purchase is not None:
+        raise deploy_check.earlier_purchase_refusal(plan, verdict.earlier_purchase, profile_ref=args.profile)
     if verdict is None:
         console.say(f"deploy check: {stack} is not deployed yet; its node groups are created at desired 0, nothing can roll.")
     elif verdict.on_demand:
@@ -57,12 +59,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         console.say(f"deploy check: {stack} leaves the GPU launch templates and node groups as they are; nothing rolls.")
     if plan.purchase is not None:
+        from pdkit.ops import capacity
+
         with aws_errors.translated(region=aws.region):
             pending = deploy_check.purchase_pending(plan, cdk_out=args.cdk_out, cloudformation=aws.client("cloudformation"))
-            if pending:
+            # A first create that bought and then rolled back left the block, tagged, and no stack: the purchase
+            # stack's Create adopts it, so there is no fee to type (and its offering, sold, is not listed any more).
+            adopted = capacity.tagged_reservation_id(aws.ec2, plan) if pending else None
+            if adopted:
+                console.say(
+                    f"deploy check: {adopted} already carries this purchase's tag {plan.purchase.purchase_id} (bought by an earlier "
+                    f"deploy); the {plan.purchase_stack_name} stack adopts it and this deploy buys nothing."
+                )
+            elif pending:
                 _confirm_purchase(args, plan.purchase, aws)
             else:
-                console.say(f"deploy check: {stack} already holds the block it bought; this deploy buys nothing.")
+                console.say(f"deploy check: {plan.purchase_stack_name} already holds the block it bought; this deploy buys nothing.")
     return 0
 
 
