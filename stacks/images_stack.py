@@ -61,6 +61,7 @@ class ImagesStack(KitStack):
                 image_scan_on_push=True,
                 encryption=ecr.RepositoryEncryption.KMS,
                 encryption_key=key,
+                # RetainExceptOnCreate, as a named resource (stacks/retention.py): a failed first create leaves no repository behind.
                 removal_policy=cdk.RemovalPolicy.RETAIN,
                 lifecycle_rules=[
                     ecr.LifecycleRule(

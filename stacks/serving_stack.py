@@ -55,6 +55,7 @@ class ServingStack(KitStack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="weights/",
+            # RetainExceptOnCreate, as a named resource (stacks/retention.py): a failed first create leaves no bucket behind.
             removal_policy=cdk.RemovalPolicy.RETAIN,
             # A killed import pod leaves paid-for multipart parts behind.
             lifecycle_rules=[
