@@ -37,7 +37,7 @@ def is_custom_resource(resource: cdk.CfnResource) -> bool:
 
 
 def _props(resource: cdk.CfnResource) -> dict[str, Any]:
-    return dict(resource._cfn_properties or {})  # noqa: SLF001 (CDK exposes no public reader)
+    return dict(resource._cfn_properties or {})
 
 
 def _function_timeout(function: cdk.CfnResource) -> int:

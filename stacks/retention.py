@@ -40,7 +40,7 @@ def has_fixed_name(resource: cdk.CfnResource) -> bool:
     if prop is None:
         return False
     # L1 classes keep their properties camelCase, a plain CfnResource as written.
-    props: dict[str, Any] = resource._cfn_properties or {}  # noqa: SLF001 (CDK exposes no public reader)
+    props: dict[str, Any] = resource._cfn_properties or {}
     value = props.get(prop, props.get(prop[0].lower() + prop[1:]))
     return cdk.Stack.of(resource).resolve(value) is not None
 

@@ -24,7 +24,8 @@ from stacks.kit_stack import KitStack
 from tests.fixtures.templates import Template, profiles, templates_of
 
 LAMBDA_DEFAULT_TIMEOUT = 3  # AWS::Lambda::Function Timeout when absent (seconds)
-SLACK = 120  # "not far beyond": at most two minutes past the handler's own limit
+SLACK = 120
+ELSEWHERE = "arn:aws:lambda:eu-south-2:123456789012:function:elsewhere"  # a function outside the app  # "not far beyond": at most two minutes past the handler's own limit
 
 
 def _custom(kind: str) -> bool:
@@ -137,14 +138,12 @@ def test_a_waiting_provider_is_refused_with_the_fix():
         stack, "Provider", on_event_handler=_function(stack, "Handler", 2), is_complete_handler=_function(stack, "Done", 2)
     )
     cdk.CustomResource(stack, "Thing", service_token=provider.service_token, resource_type="Custom::Thing")
-    with pytest.raises(Exception, match="isComplete handler.*Fix: give the custom resource an explicit ServiceTimeout"):
+    with pytest.raises(Exception, match=r"isComplete handler.*Fix: give the custom resource an explicit ServiceTimeout"):
         cdk.App.of(stack).synth()
 
 
 def test_a_token_naming_no_function_of_the_app_is_refused_with_the_fix():
     stack = _stack()
-    cdk.CustomResource(
-        stack, "Thing", service_token="arn:aws:lambda:eu-south-2:123456789012:function:elsewhere", resource_type="Custom::Thing"
-    )
-    with pytest.raises(Exception, match="worst case is unknown.*Fix: give the custom resource an explicit ServiceTimeout"):
+    cdk.CustomResource(stack, "Thing", service_token=ELSEWHERE, resource_type="Custom::Thing")
+    with pytest.raises(Exception, match=r"worst case is unknown.*Fix: give the custom resource an explicit ServiceTimeout"):
         cdk.App.of(stack).synth()
