@@ -77,10 +77,8 @@ def test_the_compute_type_is_one_the_region_offers(region, expected):
         build_spec=codebuild.BuildSpec.from_object({"version": "0.2"}),
         environment=codebuild.BuildEnvironment(compute_type=compute_type(region)),
     )
-    assert (
-        Template.from_stack(stack).find_resources("AWS::CodeBuild::Project")["ProjectC78D97AD"]["Properties"]["Environment"]["ComputeType"]
-        == expected
-    )
+    (project,) = Template.from_stack(stack).find_resources("AWS::CodeBuild::Project").values()
+    assert project["Properties"]["Environment"]["ComputeType"] == expected
 
 
 def _buildspec(kit) -> dict:
