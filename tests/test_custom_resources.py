@@ -21,7 +21,7 @@ from aws_cdk.assertions import Template as CdkTemplate
 
 from pdkit.model import profile_files
 from stacks.kit_stack import KitStack
-from tests.fixtures.templates import Template, profiles, templates_of
+from tests.fixtures.templates import Template, profiles, templates_of, templates_of_kit
 
 LAMBDA_DEFAULT_TIMEOUT = 3  # AWS::Lambda::Function Timeout when absent (seconds)
 SLACK = 120
@@ -36,7 +36,7 @@ def _handler(token: Any, template: Template) -> tuple[Template, dict[str, Any]] 
     """The Lambda function a service token names, in this template or (Fn::GetStackOutput) the producing one."""
     if isinstance(token, dict) and "Fn::GetStackOutput" in token:
         ref = token["Fn::GetStackOutput"]
-        producer = next(t for t in templates_of(template.profile) if t.stack_name == ref["StackName"])
+        producer = next(t for t in templates_of_kit(template.kit, template.profile) if t.stack_name == ref["StackName"])
         return _handler(producer.body["Outputs"][ref["OutputName"]]["Value"], producer)
     if isinstance(token, dict) and "Fn::GetAtt" in token:
         logical_id, attribute = token["Fn::GetAtt"]
@@ -147,3 +147,15 @@ def test_a_token_naming_no_function_of_the_app_is_refused_with_the_fix():
     cdk.CustomResource(stack, "Thing", service_token=ELSEWHERE, resource_type="Custom::Thing")
     with pytest.raises(Exception, match=r"worst case is unknown.*Fix: give the custom resource an explicit ServiceTimeout"):
         cdk.App.of(stack).synth()
+
+
+def test_the_purchase_resource_waits_as_long_as_its_handler_can_take(bought):
+    """The kit that buys its block (capacity.purchase) adds the purchase custom resource: held to the same bound."""
+    templates = templates_of_kit(bought, "bought")
+    purchase = [(t, r) for t in templates for r in t.resources.values() if _custom(r["Type"]) and "Purchase" in r["Type"]]
+    assert purchase
+    for template, resource in purchase:
+        found = _handler(resource["Properties"]["ServiceToken"], template)
+        assert found
+        worst = int(found[1]["Properties"].get("Timeout", LAMBDA_DEFAULT_TIMEOUT))
+        assert worst <= int(resource["Properties"]["ServiceTimeout"]) <= worst + SLACK

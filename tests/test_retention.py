@@ -96,3 +96,15 @@ def test_the_aspect_reads_a_name_given_as_an_intrinsic():
     logs.LogGroup(stack, "Group", log_group_name=f"/aws/x/{stack.stack_name}", removal_policy=cdk.RemovalPolicy.RETAIN)
     (group,) = CdkTemplate.from_stack(stack).find_resources("AWS::Logs::LogGroup").values()
     assert group["DeletionPolicy"] == "RetainExceptOnCreate"
+
+
+def test_the_purchase_kit_retains_no_fixed_name(bought):
+    from tests.fixtures.templates import templates_of_kit
+
+    blocking = [
+        f"{t.where(logical_id)} {resource['Type']}"
+        for t in templates_of_kit(bought, "bought")
+        for logical_id, resource in t.resources.items()
+        if resource.get("DeletionPolicy") == "Retain" and PHYSICAL_NAME.get(resource["Type"]) in resource.get("Properties", {})
+    ]
+    assert not blocking, "\n".join(blocking)

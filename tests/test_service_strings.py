@@ -331,3 +331,13 @@ def test_resolve_reads_joins_pseudo_parameters_and_named_refs(kit):
     joined = {"Fn::Join": ["", ["/aws/containerinsights/", {"Ref": cluster_id}, "/", {"Ref": "AWS::Region"}]]}
     assert resolve(joined, cluster) == f"/aws/containerinsights/{kit.plan.cluster_name}/{kit.plan.region}"
     assert resolve({"Fn::GetAtt": [cluster_id, "Arn"]}, cluster) is UNRESOLVED
+
+
+def test_the_purchase_kit_hands_no_refused_string(bought):
+    """The kit that buys its block (capacity.purchase) adds the purchase resources: the same table holds."""
+    from tests.fixtures.templates import templates_of_kit
+
+    checked = [c for t in templates_of_kit(bought, "bought") for c in strings_of(t)[0]]
+    bad = [f"{c.where} = {c.value!r}: {'; '.join(c.rule.problems(c.value))}" for c in checked if c.rule.problems(c.value)]
+    assert not bad, "\n".join(bad)
+    assert len(checked) > 200
