@@ -85,6 +85,18 @@ def api(service: str, operation: str, member: str) -> Rule:
     )
 
 
+def api_shape(service: str, shape: str, member: str, operation: str) -> Rule:
+    """The constraint of a member of a nested input shape (Image Builder's distribution settings)."""
+    meta = _model(service).shape_for(shape).members[member].metadata
+    assert {"min", "max", "pattern"} & set(meta), f"botocore has no constraint on {service} {shape}.{member}: cite a page instead"
+    return Rule(
+        source=API.format(guide=GUIDES[service], operation=operation) + f" ({shape}.{member})",
+        max_len=meta.get("max"),
+        min_len=meta.get("min", 0),
+        pattern=meta.get("pattern"),
+    )
+
+
 # EC2's model declares these as bare strings; the API reference states the rule.
 EC2_TEXT = r"[a-zA-Z0-9. _\-:/()#,@\[\]+=&;{}!$*]*"
 EC2_RULE_DESCRIPTION = Rule(
@@ -197,6 +209,15 @@ CONSTRAINTS: dict[str, dict[str, Rule]] = {
     },
     "AWS::SSM::Parameter": {"Name": api("ssm", "PutParameter", "Name"), "Description": api("ssm", "PutParameter", "Description")},
     "AWS::APS::Scraper": {"Alias": APS_ALIAS},
+    # EKS documents no pattern for add-on names (the name must be one DescribeAddonVersions returns, which
+    # preflight checks); the CloudFormation resource schema of AWS::EKS::Addon requires at least one character.
+    "AWS::EKS::Addon": {
+        "AddonName": Rule(
+            source="https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-eks-addon.html (AddonName)",
+            min_len=1,
+        )
+    },
+    "AWS::Lambda::LayerVersion": {"Description": api("lambda", "PublishLayerVersion", "Description")},
     **{
         f"AWS::ImageBuilder::{kind}": {
             "Name": api("imagebuilder", f"Create{kind}", "name"),
@@ -204,6 +225,17 @@ CONSTRAINTS: dict[str, dict[str, Rule]] = {
         }
         for kind in ("Component", "ImageRecipe", "ImagePipeline", "InfrastructureConfiguration", "DistributionConfiguration")
     },
+}
+CONSTRAINTS["AWS::ImageBuilder::DistributionConfiguration"] |= {
+    "Distributions[].AmiDistributionConfiguration.Name": api_shape(
+        "imagebuilder", "AmiDistributionConfiguration", "name", "CreateDistributionConfiguration"
+    ),
+    "Distributions[].AmiDistributionConfiguration.Description": api_shape(
+        "imagebuilder", "AmiDistributionConfiguration", "description", "CreateDistributionConfiguration"
+    ),
+    "Distributions[].SsmParameterConfigurations[].ParameterName": api_shape(
+        "imagebuilder", "SsmParameterConfiguration", "parameterName", "CreateDistributionConfiguration"
+    ),
 }
 EC2_TAGGED = "AWS::EC2::"
 # Values only the deploy knows: today the two kubectl-provider log groups aws_eks_v2 names after its functions
@@ -302,6 +334,8 @@ def test_rule_descriptions_of_the_cluster_stack_reach_the_check():
         (CONSTRAINTS["AWS::ImageBuilder::ImageRecipe"]["Name"], "glm51-2p2d.gpu-node"),
         (CONSTRAINTS["AWS::CodeBuild::Project"]["Name"], "-build"),
         (CONSTRAINTS["AWS::Lambda::Function"]["Description"], "d" * 257),
+        (CONSTRAINTS["AWS::ImageBuilder::DistributionConfiguration"]["Distributions[].AmiDistributionConfiguration.Name"], "gpu node (v2)"),
+        (CONSTRAINTS["AWS::EKS::Addon"]["AddonName"], ""),
     ],
 )
 def test_each_rule_refuses_what_its_service_refuses(rule, value):
