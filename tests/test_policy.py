@@ -213,3 +213,64 @@ def test_the_purchase_kit_meets_both_rules(bought):
     templates = templates_of_kit(bought, "bought")
     assert wildcard_violations(templates) == []
     assert trust_violations(templates) == []
+    assert resource_policy_violations(templates) == []
+
+
+# CloudWatch Logs documents the encryption context, not the source keys, for a key it uses:
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html ("kms:EncryptionContext:aws:logs:arn").
+RESOURCE_POLICY_KEYS = {"logs": ("kms:EncryptionContext:aws:logs:arn",)}
+RESOURCE_POLICIES = {"AWS::KMS::Key": "KeyPolicy", "AWS::SNS::TopicPolicy": "PolicyDocument", "AWS::SQS::QueuePolicy": "PolicyDocument"}
+RESOURCE_POLICIES |= {"AWS::S3::BucketPolicy": "PolicyDocument"}
+
+
+def resource_policy_violations(templates) -> list[str]:
+    """Resource policies and Lambda permissions that admit a service principal without saying on whose behalf."""
+    found = []
+    for template in templates:
+        for logical_id, resource in template.resources.items():
+            props = resource.get("Properties", {})
+            if resource["Type"] == "AWS::Lambda::Permission":
+                if str(props.get("Principal", "")).endswith(".amazonaws.com") and not {"SourceArn", "SourceAccount"} & set(props):
+                    found.append(f"{template.where(logical_id)}: {props['Principal']} may invoke without SourceArn or SourceAccount")
+                continue
+            if resource["Type"] not in RESOURCE_POLICIES:
+                continue
+            for statement in props[RESOURCE_POLICIES[resource["Type"]]]["Statement"]:
+                principal = statement.get("Principal")
+                if statement.get("Effect") != "Allow" or not isinstance(principal, dict):
+                    continue
+                keys = {key for operator in statement.get("Condition", {}).values() for key in operator}
+                for service in _as_list(principal.get("Service", [])):
+                    wanted = RESOURCE_POLICY_KEYS.get(str(service).split(".")[0], SOURCE_KEYS)
+                    if not keys & set(wanted):
+                        found.append(f"{template.where(logical_id)}: {service} admitted without any of {list(wanted)}")
+    return found
+
+
+@pytest.mark.parametrize("profile", profile_files.available_profiles())
+def test_resource_policies_admit_services_only_for_the_kits_resources(profile):
+    """Key, topic, queue and bucket policies and Lambda permissions that name a service principal say for which
+    source (aws:SourceArn/aws:SourceAccount, https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html), or, for
+    CloudWatch Logs on a key, which log groups (its documented encryption context)."""
+    from tests.fixtures.templates import templates_of
+
+    assert resource_policy_violations(templates_of(profile)) == []
+
+
+def test_the_resource_policy_rule_fires_on_an_unconditioned_service():
+    from tests.fixtures.templates import Template
+
+    policy = {
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "sqs:SendMessage", "Resource": "*"}]
+    }
+    body = {
+        "Resources": {
+            "Queue": {"Type": "AWS::SQS::QueuePolicy", "Properties": {"PolicyDocument": policy}},
+            "Invoke": {
+                "Type": "AWS::Lambda::Permission",
+                "Properties": {"Principal": "events.amazonaws.com", "Action": "lambda:InvokeFunction"},
+            },
+        }
+    }
+    found = resource_policy_violations([Template("probe", "probe", "probe", body, None)])
+    assert len(found) == 2
