@@ -259,8 +259,12 @@ def _tags(resource: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
         yield from ((f"Tags[{i}]", t.get("Key"), t.get("Value")) for i, t in enumerate(tags))
     elif isinstance(tags, dict):
         yield from ((f"Tags.{k}", k, v) for k, v in tags.items())
-    for i, spec in enumerate(props.get("LaunchTemplateData", {}).get("TagSpecifications", [])):
-        yield from ((f"LaunchTemplateData.TagSpecifications[{i}].Tags[{j}]", t["Key"], t["Value"]) for j, t in enumerate(spec["Tags"]))
+    for where, specs in (
+        ("LaunchTemplateData.", props.get("LaunchTemplateData", {}).get("TagSpecifications", [])),
+        ("", props.get("TagSpecifications", [])),
+    ):
+        for i, spec in enumerate(specs):
+            yield from ((f"{where}TagSpecifications[{i}].Tags[{j}]", t["Key"], t["Value"]) for j, t in enumerate(spec.get("Tags", [])))
 
 
 def strings_of(template: Template) -> tuple[list[Checked], list[str]]:
@@ -356,6 +360,19 @@ def test_each_rule_refuses_what_its_service_refuses(rule, value):
 )
 def test_each_rule_admits_what_the_kit_names(rule, value):
     assert not rule.problems(value)
+
+
+def test_launch_template_tag_specifications_are_checked():
+    """Tags a launch template hands to the instances and volumes it launches are EC2 tags too (API_Tag)."""
+    lt = {
+        "Type": "AWS::EC2::LaunchTemplate",
+        "Properties": {
+            "LaunchTemplateData": {"TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": "aws:x", "Value": "v"}]}]}
+        },
+    }
+    found = list(_tags(lt))
+    assert found == [("LaunchTemplateData.TagSpecifications[0].Tags[0]", "aws:x", "v")]
+    assert EC2_TAG_KEY.problems(found[0][1])
 
 
 def test_resolve_reads_joins_pseudo_parameters_and_named_refs(kit):
