@@ -10,6 +10,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from stacks.custom_resource_timeout import ServiceTimeoutFromHandler
+from stacks.ec2_text import Ec2DescriptionsAccepted
 from stacks.retention import RetainExceptOnCreateWhenNamed
 
 
@@ -27,6 +28,8 @@ class KitStack(cdk.Stack):
         # stacks/custom_resource_timeout.py).
         cdk.Aspects.of(self).add(RetainExceptOnCreateWhenNamed())
         cdk.Aspects.of(self).add(ServiceTimeoutFromHandler())
+        # A description EC2 refuses fails at synth, not half-way through the first deploy (stacks/ec2_text.py).
+        cdk.Aspects.of(self).add(Ec2DescriptionsAccepted())
 
     @property
     def availability_zones(self) -> list[str]:

@@ -393,3 +393,51 @@ def test_the_purchase_kit_hands_no_refused_string(bought):
     bad = [f"{c.where} = {c.value!r}: {'; '.join(c.rule.problems(c.value))}" for c in checked if c.rule.problems(c.value)]
     assert not bad, "\n".join(bad)
     assert len(checked) > 200
+
+
+def _probe_stack():
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    from stacks.kit_stack import KitStack
+
+    stack = KitStack(cdk.App(), "Probe", zones=["eu-south-2a"], env=cdk.Environment(region="eu-south-2"))
+    vpc = ec2.Vpc(stack, "Vpc", availability_zones=["eu-south-2a"], nat_gateways=0, subnet_configuration=[])
+    return stack, vpc
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_synth_refuses_a_rule_description_ec2_refuses(inline):
+    """The access host's old egress description, "the router's internal load balancer", fails at `cdk synth` with
+    the construct and the fix, before anything is created (stacks/ec2_text.py): inline rules of a group and a
+    standalone rule resource alike."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    stack, vpc = _probe_stack()
+    group = ec2.SecurityGroup(stack, "Group", vpc=vpc, allow_all_outbound=False, description="probe")
+    if inline:
+        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(80), "the router's internal load balancer (HTTP)")
+    else:
+        ec2.CfnSecurityGroupIngress(
+            stack,
+            "Rule",
+            group_id=group.security_group_id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            cidr_ip="10.0.0.0/8",
+            description="caf\u00e9 clients",
+        )
+    with pytest.raises(Exception, match=r"security-group description .* has characters EC2 refuses.*Fix: use only"):
+        cdk.App.of(stack).synth()
+
+
+def test_synth_admits_the_descriptions_ec2_accepts():
+    import aws_cdk as cdk
+    from aws_cdk import aws_ec2 as ec2
+
+    stack, vpc = _probe_stack()
+    group = ec2.SecurityGroup(stack, "Group", vpc=vpc, allow_all_outbound=False, description="probe: no inbound, HTTPS out")
+    group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(80), "the router internal load balancer (HTTP)")
+    cdk.App.of(stack).synth()
