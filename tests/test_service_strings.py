@@ -162,6 +162,25 @@ APS_ALIAS = Rule(
     pattern=r"[0-9A-Za-z][-.0-9A-Z_a-z]*",
 )
 
+# Stated in the botocore model's documentation of the member (the API reference's text), not as min/max/pattern.
+SNS_TOPIC_NAME = Rule(
+    source="https://docs.aws.amazon.com/sns/latest/api/API_CreateTopic.html (Name: ASCII letters, numbers, underscores, hyphens, 1-256)",
+    max_len=256,
+    min_len=1,
+    pattern=r"[A-Za-z0-9_-]+(\.fifo)?",
+)
+SQS_QUEUE_NAME = Rule(
+    source="https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_CreateQueue.html (QueueName: up to 80 alphanumerics, - and _)",
+    max_len=80,
+    min_len=1,
+    pattern=r"[A-Za-z0-9_-]+(\.fifo)?",
+)
+PLACEMENT_GROUP_NAME = Rule(
+    source="https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreatePlacementGroup.html (GroupName: up to 255 ASCII characters)",
+    max_len=255,
+    pattern=r"[\x00-\x7f]*",
+)
+
 SG_RULES = ("SecurityGroupIngress[].Description", "SecurityGroupEgress[].Description")
 CONSTRAINTS: dict[str, dict[str, Rule]] = {
     "AWS::EC2::SecurityGroup": {
@@ -198,6 +217,9 @@ CONSTRAINTS: dict[str, dict[str, Rule]] = {
     "AWS::KMS::Alias": {"AliasName": api("kms", "CreateAlias", "AliasName")},
     "AWS::ECR::Repository": {"RepositoryName": api("ecr", "CreateRepository", "repositoryName")},
     "AWS::S3::Bucket": {"BucketName": S3_BUCKET_NAME},
+    "AWS::SNS::Topic": {"TopicName": SNS_TOPIC_NAME},
+    "AWS::SQS::Queue": {"QueueName": SQS_QUEUE_NAME},
+    "AWS::EC2::PlacementGroup": {"GroupName": PLACEMENT_GROUP_NAME},
     "AWS::CodeBuild::Project": {
         "Name": api("codebuild", "CreateProject", "name"),
         "Description": api("codebuild", "CreateProject", "description"),
@@ -340,6 +362,8 @@ def test_rule_descriptions_of_the_cluster_stack_reach_the_check():
         (CONSTRAINTS["AWS::Lambda::Function"]["Description"], "d" * 257),
         (CONSTRAINTS["AWS::ImageBuilder::DistributionConfiguration"]["Distributions[].AmiDistributionConfiguration.Name"], "gpu node (v2)"),
         (CONSTRAINTS["AWS::EKS::Addon"]["AddonName"], ""),
+        (SNS_TOPIC_NAME, "glm51 block events"),
+        (SQS_QUEUE_NAME, "q" * 81),
     ],
 )
 def test_each_rule_refuses_what_its_service_refuses(rule, value):
