@@ -26,7 +26,7 @@ class AccessHost(Construct):
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, allow_all_outbound=False, description="SSM access host: no inbound, HTTPS out"
         )
-        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "SSM, the EKS API and the router's load balancer")
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "SSM, the EKS API and the router load balancer (HTTPS)")
         # The router's Service port is its container port (pdkit/render/serving/manifests.py router_service).
         self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(ROUTER_PORT), "the router internal load balancer (HTTP)")
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))

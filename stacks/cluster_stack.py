@@ -25,6 +25,7 @@ from stacks.kit_stack import KitStack
 from stacks.node_launch_template import detailed_monitoring, metadata_options, root_volume
 from stacks.observability_addon import ContainerInsightsAddon
 from stacks.policy import acknowledge
+from stacks.trust import restrict_eks_cluster_role
 
 NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
 LBC_RESOURCES = (
@@ -88,6 +89,7 @@ class ClusterStack(KitStack):
             ),
         )
         self.cluster.node.add_dependency(control_plane_logs)
+        restrict_eks_cluster_role(self.cluster.role, plan.cluster_name)
         self._encrypt_kubectl_provider_logs()
         for i, arn in enumerate(access.admin_principal_arns):
             self.cluster.grant_access(

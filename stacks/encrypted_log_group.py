@@ -17,6 +17,7 @@ class EncryptedLogGroup(Construct):
             "LogGroup",
             log_group_name=log_group_name,
             encryption_key=key,
+            # RetainExceptOnCreate instead when named (stacks/retention.py): a failed create's group must not block the retry.
             removal_policy=cdk.RemovalPolicy.RETAIN,
         )
         # RetentionDays is a named enum in Python; the profile already validated the day count.

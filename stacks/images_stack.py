@@ -24,6 +24,7 @@ from constructs import Construct
 
 from pdkit.model.images import ROOT, context_files_outside_containers
 from pdkit.model.plan import Plan
+from stacks.build_compute import compute_type
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.kit_function import KitFunction
 from stacks.kit_stack import KitStack
@@ -61,6 +62,7 @@ class ImagesStack(KitStack):
                 image_scan_on_push=True,
                 encryption=ecr.RepositoryEncryption.KMS,
                 encryption_key=key,
+                # RetainExceptOnCreate, as a named resource (stacks/retention.py): a failed first create leaves no repository behind.
                 removal_policy=cdk.RemovalPolicy.RETAIN,
                 lifecycle_rules=[
                     ecr.LifecycleRule(
@@ -97,7 +99,7 @@ class ImagesStack(KitStack):
             source=codebuild.Source.s3(bucket=source.bucket, path=source.s3_object_key),
             environment=codebuild.BuildEnvironment(
                 build_image=codebuild.LinuxBuildImage.STANDARD_7_0,
-                compute_type=codebuild.ComputeType.X2_LARGE,
+                compute_type=compute_type(plan.region),
                 # Docker-in-Docker needs a privileged build container; nothing else runs in this project.
                 privileged=True,
             ),

@@ -25,6 +25,21 @@ from stacks.function_code import pdkit_code
 from stacks.policy import acknowledge
 
 RUNTIME = lambda_.Runtime.PYTHON_3_14
+# What Lambda needs to attach a function to the VPC: the EC2 actions of AWS's managed policy
+# AWSLambdaVPCAccessExecutionRole, v3 (2024-01-05, which added ec2:DescribeSubnets), on "*" as there:
+# https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaVPCAccessExecutionRole.html
+# Lambda calls them with the function's role on network interfaces it names itself; "ec2:DescribeNetworkInterfaces
+# ... only works if it's allowed on all resources", and a DeleteNetworkInterface without every resource id "may not
+# be able to access the VPC" (https://docs.aws.amazon.com/lambda/latest/dg/configuration-vpc.html, execution role).
+# Its logs actions are granted on the function's own log group instead (KitFunction, Basics).
+VPC_ACCESS_ACTIONS = (
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+)
 
 
 class KitFunction(Construct):
@@ -57,17 +72,7 @@ class KitFunction(Construct):
                 iam.PolicyStatement(actions=["logs:CreateLogStream", "logs:PutLogEvents"], resources=[logs.log_group.log_group_arn]),
                 iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[self.dead_letters.queue_arn]),
                 iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[key.key_arn]),
-                # Lambda attaches its ENIs in the VPC; EC2 does not scope these actions to resources.
-                iam.PolicyStatement(
-                    actions=[
-                        "ec2:CreateNetworkInterface",
-                        "ec2:DescribeNetworkInterfaces",
-                        "ec2:DeleteNetworkInterface",
-                        "ec2:AssignPrivateIpAddresses",
-                        "ec2:UnassignPrivateIpAddresses",
-                    ],
-                    resources=["*"],
-                ),
+                iam.PolicyStatement(actions=list(VPC_ACCESS_ACTIONS), resources=["*"]),
             ],
         )
         self.role.add_managed_policy(basics)
@@ -96,7 +101,7 @@ class KitFunction(Construct):
         acknowledge(
             basics,
             {
-                "AwsSolutions-IAM5[Resource::*]": "Lambda's VPC ENI actions (ec2:CreateNetworkInterface and friends) do not support resource-level permissions; nothing else in this role uses a wildcard resource.",
+                "AwsSolutions-IAM5[Resource::*]": "Lambda's VPC actions as AWS's AWSLambdaVPCAccessExecutionRole grants them (on *): Lambda names the network interfaces itself, and its guide says DescribeNetworkInterfaces works only on * and a scoped DeleteNetworkInterface can cut the function off its VPC; nothing else in this role uses a wildcard resource.",
             },
         )
         if reserved_concurrency is None:

@@ -17,6 +17,7 @@ from pdkit.model.plan import Plan
 from stacks.encrypted_log_group import EncryptedLogGroup, logs_key
 from stacks.kit_stack import KitStack
 from stacks.policy import acknowledge, named_az
+from stacks.trust import flow_logs_principal
 from stacks.vpc_endpoints import ServiceEndpoints
 
 
@@ -67,7 +68,7 @@ class NetworkStack(KitStack):
                 )
             ],
         )
-        role = iam.Role(self, "FlowLogsRole", assumed_by=iam.ServicePrincipal("vpc-flow-logs.amazonaws.com"), managed_policies=[writer])
+        role = iam.Role(self, "FlowLogsRole", assumed_by=flow_logs_principal(self), managed_policies=[writer])
         self.vpc.add_flow_log(
             "FlowLog",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs.log_group, role.without_policy_updates()),

@@ -20,9 +20,11 @@ from constructs import Construct
 
 from stacks.encrypted_log_group import EncryptedLogGroup
 from stacks.policy import acknowledge
+from stacks.trust import pod_identity_principal
 
 ADDON = "amazon-cloudwatch-observability"
-SERVICE_ACCOUNT = "cloudwatch-agent"  # in namespace amazon-cloudwatch
+SERVICE_ACCOUNT = "cloudwatch-agent"
+NAMESPACE = "amazon-cloudwatch"  # where the add-on runs its agent
 AGENT_POLICY = "CloudWatchAgentServerPolicy"
 # EFA metrics need v1.5.2, p5en in the DCGM exporter's instance list chart 2.6.0, Pod Identity v3.1.0.
 MINIMUM_VERSION = (3, 1, 0)
@@ -60,9 +62,9 @@ class ContainerInsightsAddon(Construct):
             self,
             "AgentRole",
             # EKS Pod Identity assumes the role with session tags.
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(cluster_name=cluster.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(AGENT_POLICY)],
-            description=f"{ADDON}: CloudWatch agent (Pod Identity, amazon-cloudwatch/{SERVICE_ACCOUNT})",
+            description=f"{ADDON}: CloudWatch agent (Pod Identity, {NAMESPACE}/{SERVICE_ACCOUNT})",
         )
         acknowledge(
             self.role,

@@ -22,6 +22,7 @@ from pdkit.render.serving import inputs, manifests, names
 from pdkit.render.serving.compile_cache_objects import cache_prefix
 from stacks.kit_stack import KitStack
 from stacks.policy import acknowledge
+from stacks.trust import pod_identity_principal
 
 NOT_REPLICATED = "Weights are a copy of a public Hugging Face checkpoint, re-importable at any time with `pdkit weights import`; replicating ~760 GB to a second region buys nothing."
 
@@ -55,6 +56,7 @@ class ServingStack(KitStack):
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="weights/",
+            # RetainExceptOnCreate, as a named resource (stacks/retention.py): a failed first create leaves no bucket behind.
             removal_policy=cdk.RemovalPolicy.RETAIN,
             # A killed import pod leaves paid-for multipart parts behind.
             lifecycle_rules=[
@@ -156,7 +158,9 @@ class ServingStack(KitStack):
         role = iam.Role(
             self,
             f"{id_}Role",
-            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+            assumed_by=pod_identity_principal(
+                cluster_name=plan.cluster_name, namespace=names.namespace(plan), service_account=names.service_account(plan, purpose)
+            ),
             managed_policies=[policy],
             description=description,
         )

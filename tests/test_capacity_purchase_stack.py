@@ -106,7 +106,8 @@ def test_the_function_may_buy_only_tagged_blocks_and_read(bought):
     statements = _purchase_statements(bought.template_json("purchase"))
     ec2_actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]) if a.startswith("ec2:")}
     basics = {"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DeleteNetworkInterface"}
-    basics |= {"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"}
+    # AWSLambdaVPCAccessExecutionRole v3 (stacks/kit_function.py VPC_ACCESS_ACTIONS)
+    basics |= {"ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses", "ec2:DescribeSubnets"}
     assert ec2_actions - basics == {
         "ec2:DescribeCapacityBlockOfferings",
         "ec2:PurchaseCapacityBlock",

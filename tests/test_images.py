@@ -10,7 +10,8 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import boto3
-from aws_cdk.assertions import Match
+import pytest
+from aws_cdk.assertions import Match, Template
 from botocore.stub import Stubber
 
 from pdkit.functions import start_build
@@ -36,17 +37,48 @@ def test_repositories_are_immutable_scanned_encrypted_and_retained(kit):
         assert props["ImageScanningConfiguration"] == {"ScanOnPush": True}
         assert props["EncryptionConfiguration"]["EncryptionType"] == "KMS"
         assert "LifecyclePolicy" in props
-        assert repo["DeletionPolicy"] == "Retain"
+        # Kept on update and delete, not on a failed first create (fixed name: stacks/retention.py).
+        assert (repo["DeletionPolicy"], repo["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
 
 
 def test_build_runs_in_region_privileged_for_docker_on_amd64(kit):
+    """In the seed's region (eu-south-2) on the largest compute type it offers (stacks/build_compute.py)."""
     kit.template("images").has_resource_properties(
         "AWS::CodeBuild::Project",
         {
-            "Environment": Match.object_like({"PrivilegedMode": True, "ComputeType": "BUILD_GENERAL1_2XLARGE", "Type": "LINUX_CONTAINER"}),
+            "Environment": Match.object_like({"PrivilegedMode": True, "ComputeType": "BUILD_GENERAL1_LARGE", "Type": "LINUX_CONTAINER"}),
             "EncryptionKey": Match.any_value(),
         },
     )
+
+
+@pytest.mark.parametrize(
+    ("region", "expected"),
+    [
+        ("eu-south-2", "BUILD_GENERAL1_LARGE"),  # Europe (Spain): not in the guide's 2xlarge list
+        ("eu-north-1", "BUILD_GENERAL1_2XLARGE"),  # Europe (Stockholm)
+        ("us-east-1", "BUILD_GENERAL1_2XLARGE"),
+        ("ap-southeast-7", "BUILD_GENERAL1_LARGE"),  # a region the list does not know: the type every region offers
+    ],
+)
+def test_the_compute_type_is_one_the_region_offers(region, expected):
+    """BUILD_GENERAL1_2XLARGE "is available only in Regions" the CodeBuild User Guide lists
+    (awsdocs/aws-codebuild-user-guide, doc_source/build-env-ref-compute-types.md); a project with a compute type
+    its region does not offer fails its create, so elsewhere the build takes LARGE, which has no Region limit."""
+    import aws_cdk as cdk
+    from aws_cdk import aws_codebuild as codebuild
+
+    from stacks.build_compute import compute_type
+
+    stack = cdk.Stack(cdk.App(), "Build", env=cdk.Environment(region=region))
+    codebuild.Project(
+        stack,
+        "Project",
+        build_spec=codebuild.BuildSpec.from_object({"version": "0.2"}),
+        environment=codebuild.BuildEnvironment(compute_type=compute_type(region)),
+    )
+    (project,) = Template.from_stack(stack).find_resources("AWS::CodeBuild::Project").values()
+    assert project["Properties"]["Environment"]["ComputeType"] == expected
 
 
 def _buildspec(kit) -> dict:

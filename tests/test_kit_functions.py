@@ -122,3 +122,48 @@ def test_a_reservation_of_zero_is_refused_with_the_fix(raw_with, value):
     text = str(err.value)
     assert "cluster.lambda_reserved_concurrency" in text
     assert "remove the field to reserve nothing" in text
+
+
+# AWS's managed policy AWSLambdaVPCAccessExecutionRole, policy version v3 (edited 2024-01-05), its one statement's
+# actions as published: https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AWSLambdaVPCAccessExecutionRole.html
+AWS_LAMBDA_VPC_ACCESS_V3 = [
+    "logs:CreateLogGroup",
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "ec2:CreateNetworkInterface",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+]
+
+
+def _role_actions(template, role_logical_id):
+    """Every action the role's customer-managed policies (its ManagedPolicyArns in this stack) grant."""
+    actions = set()
+    for arn in template["Resources"][role_logical_id]["Properties"].get("ManagedPolicyArns", []):
+        policy = template["Resources"].get(arn.get("Ref", "")) if isinstance(arn, dict) else None
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"] if policy else []:
+            actions |= set(_as_list(statement["Action"]))
+    return actions
+
+
+@pytest.mark.parametrize(("profile", "at_least"), [("glm51-fp8-2p2d", 5), ("rehearsal-glm51-fp8-2p2d", 1)])
+def test_every_kit_function_has_the_vpc_access_that_aws_managed_policy_lists(profile, at_least):
+    """A function in a VPC needs every EC2 action of AWSLambdaVPCAccessExecutionRole: v3 added ec2:DescribeSubnets,
+    which the kit's own list lacked. Its logs actions come from the kit's log-group statement (CreateLogGroup is not
+    needed: the kit creates the group)."""
+    from tests.conftest import kit_of
+
+    kit = kit_of(profile)
+    needed = {a for a in AWS_LAMBDA_VPC_ACCESS_V3 if a.startswith("ec2:")} | {"logs:CreateLogStream", "logs:PutLogEvents"}
+    checked = 0
+    for stack, _logical, props in _kit_functions(kit):
+        assert "VpcConfig" in props
+        template = kit.template_json(stack)
+        role = props["Role"]["Fn::GetAtt"][0]
+        missing = needed - _role_actions(template, role)
+        assert not missing, f"{stack} {_logical}: {sorted(missing)}"
+        checked += 1
+    assert checked >= at_least
