@@ -72,8 +72,11 @@ test: ## Everything CI runs: lint, types, tests (synth, assertions, snapshots, p
 	$(MAKE) --no-print-directory --jobs=2 $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target) $(TEST_SETUP)
 	$(MAKE) --no-print-directory --jobs=1 $(addprefix -o ,$(TEST_SETUP)) $(TEST_TARGETS)
 
-update-snapshots: setup ## Re-record template snapshots after a deliberate change (review the diff!)
-	pytest tests/test_snapshots.py --snapshot-update
+# Every test module that records a syrupy snapshot (the stacks, the rendered serving objects, the rehearsal's capacity stack);
+# tests/test_snapshots.py checks the list against the modules whose tests take a snapshot fixture.
+SNAPSHOT_TESTS := tests/test_snapshots.py tests/test_serving_snapshots.py tests/test_rehearsal_profile.py
+update-snapshots: setup ## Re-record every snapshot (templates, serving objects) after a deliberate change (review the diff!)
+	pytest $(SNAPSHOT_TESTS) --snapshot-update
 
 manifests: setup ## Serving objects of PROFILE as plain YAML in build/serving/ (REGISTRY=, WEIGHTS_BUCKET= when the profile sets no aws.account)
 	pdkit render --out build/serving $(if $(PROFILE),--profile $(PROFILE)) $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(WEIGHTS_BUCKET),--weights-bucket $(WEIGHTS_BUCKET))

@@ -57,3 +57,22 @@ def test_normalize_hides_hashes_and_accounts():
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_snapshot(kit, snapshot_json, stack):
     assert normalize(kit.template_json(stack)) == snapshot_json
+
+
+def test_make_update_snapshots_re_records_every_snapshot():
+    """`make update-snapshots` lists every test module whose tests take a syrupy fixture (snapshot, snapshot_json):
+    a module left out would keep a stale snapshot after a deliberate change, and fail until re-recorded by hand."""
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    taking = set()
+    for module in sorted((root / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                if {a.arg for a in node.args.args} & {"snapshot", "snapshot_json"}:
+                    taking.add(f"tests/{module.name}")
+    listed = re.search(r"^SNAPSHOT_TESTS := (.*)$", (root / "Makefile").read_text(), re.M)
+    assert listed is not None
+    assert set(listed.group(1).split()) == taking
