@@ -120,7 +120,7 @@ def test_offerings_none_says_what_to_try(aws, capsys):
 
 def test_buy_with_yes_dry_runs_first_then_buys_and_says_where_the_id_goes(aws, capsys):
     """The Stubber enforces the order: offerings again, DryRun=True, then the one DryRun=False purchase."""
-    stub_offerings(aws, offering("cbr-1", az="eu-south-2b"))
+    stub_offerings(aws, offering("cbr-1"))
     stub_dry_run(aws, "cbr-1")
     stub_purchase(aws, "cbr-1")
     assert main(["capacity", "buy", "cbr-1", "--yes"]) == 0
@@ -128,7 +128,6 @@ def test_buy_with_yes_dry_runs_first_then_buys_and_says_where_the_id_goes(aws, c
     assert "Upfront fee: USD 98,765.43" in out
     assert "cannot be cancelled" in out
     assert f"reservation_id: {CR}" in out
-    assert "availability_zone: eu-south-2b" in out
     assert "Next: `pdkit capacity status" in out
 
 
@@ -209,14 +208,59 @@ def test_buy_repeats_the_query_options(aws, capsys):
     assert main(["capacity", "buy", "cbr-1", "--hours", "96", "--yes"]) == 0
 
 
-def test_buy_notes_a_block_that_does_not_fit_the_profile(aws, capsys):
-    """Buying another size or AZ than the profile is allowed, but the operator is told what to change (before the prompt)."""
-    stub_offerings(aws, {**offering("cbr-2", az="eu-south-2c"), "InstanceCount": 8}, query=QUERY | {"InstanceCount": 8})
-    stub_dry_run(aws, "cbr-2")
-    assert main(["capacity", "buy", "cbr-2", "--count", "8"]) == 2
-    out = capsys.readouterr().out
-    assert "Note: the profile's roles need 4 instances" in out
-    assert "Note: the profile's AZ is eu-south-2a; after buying, set aws.availability_zone: eu-south-2c" in out
+def test_buy_refuses_an_offering_that_does_not_fit_the_profile_before_the_dry_run(aws, capsys):
+    """An offering in another AZ (a query without --count finds it): refused before the dry run and the fee prompt (no
+    purchase_capacity_block is stubbed, so a dry run would fail the test). Before, it was a Note and then the prompt."""
+    stub_offerings(aws, offering("cbr-2", az="eu-south-2c"))
+    assert main(["capacity", "buy", "cbr-2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "offering cbr-2 does not fit the profile (it is in eu-south-2c, the profile's block AZ is eu-south-2a); nothing was sent" in err
+    assert "pdkit init NAME --from PROFILE" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        # The USD 62,914 prompt of the issue: --count 8 against a profile of 4.
+        (["--count", "8"], "--count 8 differs from the profile's capacity.instance_count (4)"),
+        (["--instance-type", "p5.48xlarge"], "--instance-type p5.48xlarge differs from the profile's capacity.instance_type"),
+        (["--region", "us-east-1"], "--region us-east-1 differs from the profile's aws.region (eu-south-2)"),
+        (["--count", "0"], "--count 0 differs"),
+        (["--instance-type", "p9.96xlarge"], "--instance-type p9.96xlarge differs"),
+    ],
+)
+def test_buy_refuses_what_the_kit_would_refuse_after_paying_before_any_aws_call(aws, capsys, argv, words):
+    """No AWS call is stubbed: the refusal comes before EC2 is asked, and long before a fee prompt."""
+    assert main(["capacity", "buy", "cbr-1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert words in err
+
+
+@pytest.mark.parametrize("offering_id", ["'cbr-1'", "cbr-1,", "cbr 1", "CBR-1", "offering"])
+def test_buy_refuses_a_malformed_offering_id(aws, capsys, offering_id):
+    assert main(["capacity", "buy", offering_id]) == 2
+    assert "is not an EC2 offering id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--count", "0"], "--count 0 is not a number of instances"),
+        (["--count", "-2"], "--count -2 is not a number of instances"),
+        (["--instance-type", "p9.96xlarge"], "is not an instance type the kit plans for"),
+        (["--earliest", "2020-01-01T00:00Z"], "is in the past"),
+        (["--latest", "2020-01-01T00:00Z"], "is not after now"),
+        (["--earliest", "2030-01-02T00:00Z", "--latest", "2030-01-01T00:00Z"], "is not after --earliest"),
+    ],
+)
+def test_offerings_refuse_a_query_ec2_could_only_answer_with_nothing(aws, capsys, argv, words):
+    """Each its own line, before DescribeCapacityBlockOfferings (none stubbed)."""
+    assert main(["capacity", "offerings", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert words in err
 
 
 # --- status ------------------------------------------------------------------------------------

@@ -232,9 +232,18 @@ def test_weights_verify_fix(aws, where, capsys):
     assert printed_command(capsys.readouterr().out, "Fix: run `", where)[1:3] == ["weights", "import"]
 
 
-def test_capacity_buy(aws, where, monkeypatch, capsys):
+def test_capacity_buy(aws, tmp_path, monkeypatch, capsys):
+    # buy refuses a --region other than the profile's (test_cmd_capacity.py), so the profile is in the region here.
+    where = [
+        "--profile",
+        real_profile(tmp_path, aws__region=REGION, aws__availability_zone=f"{REGION}a"),
+        "--aws-profile",
+        AWS_PROFILE,
+        "--region",
+        REGION,
+    ]
     monkeypatch.setattr(purchase, "new_purchase_id", lambda: capacity_tests.PURCHASE_ID)
-    capacity_tests.stub_offerings(aws, capacity_tests.offering("cbr-1"))
+    capacity_tests.stub_offerings(aws, capacity_tests.offering("cbr-1", az=f"{REGION}a"))
     capacity_tests.stub_dry_run(aws, "cbr-1")
     capacity_tests.stub_purchase(aws, "cbr-1")
     assert main(["capacity", "buy", "cbr-1", "--yes", *where]) == 0

@@ -80,3 +80,14 @@ def test_deployments_are_not_tracked():
     """git itself says so: the operator's account ids and ARNs stay out of commits and pulls."""
     ignored = subprocess.run(["git", "check-ignore", "-q", "deployments/x.yaml"], cwd=profile_files.ROOT, check=False)
     assert ignored.returncode == 0
+
+
+def test_a_printed_init_command_carries_no_deployment_flags():
+    """init takes no --profile/--aws-profile/--region (it writes a new profile): a fix that names it runs as printed."""
+    import argparse
+
+    from pdkit.cli.context import pdkit_command
+
+    args = argparse.Namespace(profile="glm51-fp8-2p2d", aws_profile="ops", region="eu-south-2")
+    assert pdkit_command(args, "init NAME --from PROFILE") == "pdkit init NAME --from PROFILE"
+    assert pdkit_command(args, "plan") == "pdkit plan --profile glm51-fp8-2p2d --aws-profile ops --region eu-south-2"

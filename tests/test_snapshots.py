@@ -70,9 +70,9 @@ def test_make_update_snapshots_re_records_every_snapshot():
     taking = set()
     for module in sorted((root / "tests").glob("test_*.py")):
         for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                if {a.arg for a in node.args.args} & {"snapshot", "snapshot_json"}:
-                    taking.add(f"tests/{module.name}")
+            takes = isinstance(node, ast.FunctionDef) and {a.arg for a in node.args.args} & {"snapshot", "snapshot_json"}
+            if takes and node.name.startswith("test_"):
+                taking.add(f"tests/{module.name}")
     listed = re.search(r"^SNAPSHOT_TESTS := (.*)$", (root / "Makefile").read_text(), re.M)
     assert listed is not None
     assert set(listed.group(1).split()) == taking

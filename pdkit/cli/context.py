@@ -33,6 +33,8 @@ def pdkit_command(args: argparse.Namespace, rest: str) -> str:
 
     A flag `rest` already names is not repeated, so rendering a rendered command changes nothing.
     """
+    if rest.split()[:1] == ["init"]:  # init writes a new profile: it takes no deployment, credentials or region
+        return f"pdkit {rest}"
     given = set(rest.split())
     flags = [f"{flag} {shlex.quote(value)}" for flag, attr in CONTEXT_FLAGS if (value := getattr(args, attr, None)) and flag not in given]
     return " ".join(["pdkit", rest, *flags])

@@ -8,8 +8,9 @@ consume the cr- id from the profile; or, with capacity.purchase, its own custom 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pdkit.cli.commands import summary
@@ -121,6 +122,7 @@ def run_buy(args: argparse.Namespace) -> int:
     from pdkit.ops.aws_clients import Aws
 
     plan = load_plan(args.profile)
+    _buys_for_the_profile(args, plan)
     aws = Aws.for_args(args, plan)
     query = _query(args, plan)
     with aws_errors.translated(region=aws.region):
@@ -137,8 +139,13 @@ def run_buy(args: argparse.Namespace) -> int:
         )
         per_hour = f" ({capacity.money(offer.per_instance_hour, offer.currency)} per instance-hour)" if offer.per_instance_hour else ""
         console.say(f"  Upfront fee: {capacity.money(offer.upfront_fee, offer.currency)}{per_hour}, charged now, cannot be cancelled.")
-        for note in _mismatches(offer, plan):
-            console.say(f"  Note: {note}")
+        mismatched = _mismatches(offer, plan)
+        if mismatched:
+            raise KitError(
+                f"offering {offer.id} does not fit the profile ({'; '.join(mismatched)}); nothing was sent. "
+                f"Fix: buy an offering in {plan.block_az}, or make the profile name the block you want (`pdkit init NAME --from PROFILE "
+                "--az AZ` writes a profile of your own) and run offerings and buy with it"
+            )
         what = f"{offer.instance_count} x {offer.instance_type} for {offer.hours} h"
         purchase_id = purchase.new_purchase_id()
         outcome = fee_prompt.guarded(
@@ -185,8 +192,6 @@ def run_buy(args: argparse.Namespace) -> int:
     )
     console.say(f"Put it in {plan.profile_path}:")
     console.say(f"  capacity:\n    reservation_id: {cr}")
-    if offer.availability_zone != plan.block_az:
-        console.say(f"  aws:\n    availability_zone: {offer.availability_zone}   # was {plan.block_az}")
     console.say(in_context(args, "Next: `pdkit capacity status`, then `pdkit preflight`."))
     return 0
 
@@ -387,9 +392,33 @@ def _eks_scaledown_after_extension(args: argparse.Namespace, plan: Plan, aws: Aw
             console.say(f"  EKS may still move it: {preflight} checks it again (row EKS scale-down).")
 
 
-def _query(args: argparse.Namespace, plan: Plan) -> OfferingQuery:
-    from pdkit.ops.capacity import OfferingQuery, check_hours
+# An EC2 id is a lowercase prefix, a dash and lowercase letters and digits (cb-..., cr-..., i-...): anything else is a
+# paste gone wrong (quotes, a trailing comma, a space), refused before EC2 is asked.
+_EC2_ID = re.compile(r"[a-z]+-[0-9a-z]+")
 
+
+def _query(args: argparse.Namespace, plan: Plan) -> OfferingQuery:
+    """The offering search, refused in one line when EC2 could only answer it with nothing or an error."""
+    from pdkit.errors import KitError
+    from pdkit.model.catalog import instance_types
+    from pdkit.ops.capacity import OfferingQuery, check_hours, now
+
+    known = instance_types()
+    if args.instance_type and args.instance_type not in known:
+        raise KitError(
+            f"--instance-type {args.instance_type!r} is not an instance type the kit plans for. Fix: one of {', '.join(sorted(known))}"
+        )
+    if args.count is not None and args.count < 1:
+        raise KitError(f"--count {args.count} is not a number of instances. Fix: 1 or more; the profile's roles need {plan.instance_count}")
+    moment = now()
+    # A minute of slack: "now", typed a moment ago, is not the past.
+    if args.earliest and args.earliest < moment - timedelta(minutes=1):
+        raise KitError(
+            f"--earliest {args.earliest:%Y-%m-%d %H:%M} UTC is in the past. Fix: a time after {moment:%Y-%m-%d %H:%M} UTC, or leave it out"
+        )
+    if args.latest and args.latest <= (args.earliest or moment):
+        after = "--earliest" if args.earliest else "now"
+        raise KitError(f"--latest {args.latest:%Y-%m-%d %H:%M} UTC is not after {after}. Fix: a later --latest, or leave it out")
     return OfferingQuery(
         instance_type=args.instance_type or plan.instance.name,
         instance_count=args.count or plan.instance_count,
@@ -411,12 +440,34 @@ def _query_flags(args: argparse.Namespace) -> str:
     return f" {text}" if text else ""
 
 
+def _buys_for_the_profile(args: argparse.Namespace, plan: Plan) -> None:
+    """`capacity buy` buys the block the profile deploys onto: another region, type or count could only be bought and
+    then refused by preflight and the deploy-time guard, after a non-cancellable fee. Checked before any AWS call."""
+    from pdkit.errors import KitError
+
+    if not _EC2_ID.fullmatch(args.offering_id):
+        raise KitError(
+            f"OFFERING_ID {args.offering_id!r} is not an EC2 offering id (a prefix, a dash, lowercase letters and digits). "
+            "Fix: copy the id from the first column of `pdkit capacity offerings`"
+        )
+    for flag, given, wanted, field in (
+        ("--region", args.region, plan.region, "aws.region"),
+        ("--instance-type", args.instance_type, plan.instance.name, "capacity.instance_type"),
+        ("--count", args.count, plan.instance_count, "capacity.instance_count"),
+    ):
+        if given is not None and given != wanted:
+            raise KitError(
+                f"{flag} {given} differs from the profile's {field} ({wanted}); the kit would refuse the block it bought. "
+                f"Fix: drop {flag}, or start a profile for that block (`pdkit init NAME --from PROFILE`) and buy with --profile NAME"
+            )
+
+
 def _mismatches(offer: Offering, plan: Plan) -> list[str]:
     notes = []
     if offer.availability_zone != plan.block_az:
-        notes.append(f"the profile's AZ is {plan.block_az}; after buying, set aws.availability_zone: {offer.availability_zone}")
+        notes.append(f"it is in {offer.availability_zone}, the profile's block AZ is {plan.block_az}")
     if offer.instance_type != plan.instance.name:
-        notes.append(f"the profile plans {plan.instance.name}; preflight will fail until capacity.instance_type matches")
+        notes.append(f"it is {offer.instance_type}, the profile plans {plan.instance.name}")
     if offer.instance_count != plan.instance_count:
-        notes.append(f"the profile's roles need {plan.instance_count} instances; preflight checks the count")
+        notes.append(f"it has {offer.instance_count} instances, the profile's roles need {plan.instance_count}")
     return notes
