@@ -62,3 +62,8 @@ class _Missing:
 
 _MISSING: Any = _Missing()
 MISSING: Any = _MISSING
+
+
+class Interrupted(KitError):
+    """The process was told to stop (a second Ctrl-C, SIGTERM, SIGHUP) while a purchase was with EC2 or being looked
+    for: the CLI ends with exit 130 like any interrupt, after saying what was sent and how to find what it bought."""

@@ -403,17 +403,17 @@ def test_guard_never_buys_when_the_dry_run_fails_or_is_not_confirmed(monkeypatch
 
     fee = Decimal("10.00")
     with pytest.raises(ClientError):
-        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=refused, buy=buy, assume_yes=True)
+        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=refused, buy=buy, assume_yes=True, look_for="x")
     monkeypatch.setattr(console, "interactive", lambda: False)
     with pytest.raises(KitError, match="no terminal"):
-        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
+        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False, look_for="x")
     monkeypatch.setattr(console, "interactive", lambda: True)
     monkeypatch.setattr(console, "ask", lambda _p: "10.01")
     with pytest.raises(KitError, match="cancelled"):
-        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False)
+        fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False, look_for="x")
     assert bought == []
     monkeypatch.setattr(console, "ask", lambda _p: "10")
-    assert fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False) == "cr"
+    assert fee_prompt.guarded(what="w", fee=fee, currency="USD", dry=accepted, buy=buy, assume_yes=False, look_for="x") == "cr"
     assert bought == ["x"]
 
 
@@ -561,3 +561,31 @@ def test_before_the_purchase_commands_say_make_deploy_buys_it(aws, tmp_path, cap
     assert "Traceback" not in err
     # The stack, then the tag lookup; nothing on the placeholder.
     assert [service for service, *_ in aws.requested] == ["cloudformation", "ec2"]
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "second Ctrl-C"])
+def test_a_purchase_stopped_after_it_was_sent_says_what_was_sent_and_how_to_find_it(aws, monkeypatch, capsys, stop):
+    """SIGTERM and SIGHUP (a closed terminal, `kill`, a CI cancel) ended the process without a word, and a second Ctrl-C
+    during the lookup printed only "interrupted": the tag the block carries was lost with the process."""
+    import os
+    import signal
+    import time
+
+    stub_offerings(aws, offering("cbr-1"))
+    stub_dry_run(aws, "cbr-1")
+
+    def buy_block(*_a, **_k):
+        if stop == "second Ctrl-C":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), getattr(signal, stop))
+        time.sleep(5)  # the handler raises before this returns
+        raise AssertionError("the signal was not delivered")
+
+    monkeypatch.setattr(purchase, "buy_block", buy_block)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    assert main(["capacity", "buy", "cbr-1", "--yes"]) == 130
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("pdkit: interrupted: stopped after the purchase of 4 x p5en.48xlarge for 48 h was sent to EC2 once")
+    assert f"look for a reservation tagged pdkit:purchase-id={PURCHASE_ID}" in err
+    assert "aws ec2 describe-capacity-reservations --region eu-south-2" in err
+    assert {sig: signal.getsignal(sig) for sig in before} == before, "the default handlers come back after the purchase"

@@ -13,12 +13,14 @@ https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonParameters.html (Dr
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from typing import TypeVar
 
 from pdkit import console
-from pdkit.errors import KitError
+from pdkit.errors import Interrupted, KitError
 from pdkit.ops.capacity import money
 from pdkit.ops.purchase import dry_run
 
@@ -41,12 +43,47 @@ def confirm(fee: Decimal, currency: str, *, assume_yes: bool, what: str) -> None
         raise KitError("cancelled: what you typed is not the fee; nothing was bought")
 
 
-def guarded(*, what: str, fee: Decimal, currency: str, dry: Callable[[], object], buy: Callable[[], T], assume_yes: bool) -> T:
+def guarded(
+    *,
+    what: str,
+    fee: Decimal,
+    currency: str,
+    dry: Callable[[], object],
+    buy: Callable[[], T],
+    assume_yes: bool,
+    look_for: str,
+) -> T:
+    """`look_for`: how to find the purchase if the process is stopped once it is sent (the tag and the lookup command)."""
     dry_run(dry, what=what)
     console.say(f"Dry run passed: your credentials may buy {what}.", stderr=True)
     confirm(fee, currency, assume_yes=assume_yes, what=what)
     console.say(f"Sending the purchase of {what} to EC2 once (never retried: the API has no idempotency token)...", stderr=True)
-    return buy()
+    try:
+        with stop_signals_interrupt():
+            return buy()
+    except KeyboardInterrupt:
+        # A first Ctrl-C while the request was out is an unclear answer, which pdkit.ops.purchase.send_once follows
+        # with its lookup; this one came during that lookup, or as SIGTERM/SIGHUP: nothing more is sent.
+        raise Interrupted(
+            f"stopped after the purchase of {what} was sent to EC2 once; it may have been bought. Nothing else was sent. "
+            f"Fix: before buying again, {look_for}"
+        ) from None
+
+
+@contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal, `kill`, a CI runner's cancel) end the process without a trace by default;
+    during a purchase they become KeyboardInterrupt, so the caller says what was sent before the process ends."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    kept = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
 
 
 def _amount(text: str, currency: str) -> Decimal | None:

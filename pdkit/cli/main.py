@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from pdkit.cli import commands
-from pdkit.errors import KitError
+from pdkit.errors import Interrupted, KitError
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -26,7 +26,12 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     # top level holds the defaults, and the commands' copies only set what is given to them.
     common = argparse.ArgumentParser(add_help=False)
     for target, default in ((parser, None), (common, argparse.SUPPRESS)):
-        target.add_argument("--profile", metavar="NAME|PATH", default=default, help="deployment profile: a name in config/ or a YAML path")
+        target.add_argument(
+            "--profile",
+            metavar="NAME|PATH",
+            default=default,
+            help="deployment profile: a name in deployments/ (yours, from pdkit init) or config/, or a YAML path",
+        )
         target.add_argument(
             "--aws-profile", metavar="NAME", default=default, help="AWS credentials profile (default: AWS_PROFILE / the SDK chain)"
         )
@@ -46,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KitError as err:
+        if isinstance(err, Interrupted):
+            print(f"pdkit: interrupted: {err}", file=sys.stderr)
+            return 130
         # A fix that names a pdkit command repeats this invocation's --profile/--aws-profile/--region.
         from pdkit.cli.context import in_context
 

@@ -148,6 +148,12 @@ def run_buy(args: argparse.Namespace) -> int:
             )
         what = f"{offer.instance_count} x {offer.instance_type} for {offer.hours} h"
         purchase_id = purchase.new_purchase_id()
+        lookup = (
+            f"aws ec2 describe-capacity-reservations --region {aws.region}{_aws_cli_profile(args)} "
+            f"--filters Name=instance-type,Values={offer.instance_type} "
+            f"Name=availability-zone,Values={offer.availability_zone} "
+            '--query "CapacityReservations[].[CapacityReservationId,State,StartDate,EndDate,Tags]"'
+        )
         outcome = fee_prompt.guarded(
             what=what,
             fee=offer.upfront_fee,
@@ -155,14 +161,9 @@ def run_buy(args: argparse.Namespace) -> int:
             dry=lambda: aws.purchase_ec2.purchase_capacity_block(**purchase.block_request(offer.id, purchase_id, dry=True)),
             buy=lambda: purchase.buy_block(aws.purchase_ec2, aws.ec2, offer, purchase_id),
             assume_yes=args.yes,
+            look_for=f"look for a reservation tagged {purchase.PURCHASE_TAG}={purchase_id} (EC2 may take minutes to show it): `{lookup}`",
         )
     if outcome.status != "bought":
-        lookup = (
-            f"aws ec2 describe-capacity-reservations --region {aws.region}{_aws_cli_profile(args)} "
-            f"--filters Name=instance-type,Values={offer.instance_type} "
-            f"Name=availability-zone,Values={offer.availability_zone} "
-            '--query "CapacityReservations[].[CapacityReservationId,State,StartDate,EndDate,Tags]"'
-        )
         _report_unclear(outcome, what=f"the purchase of {what} ({offer.id})", tagged=f"{purchase.PURCHASE_TAG}={purchase_id}")
         ids = ", ".join(f.reservation_id for f in outcome.found)
         if any(f.certain for f in outcome.found):
@@ -324,6 +325,7 @@ def run_extend(args: argparse.Namespace) -> int:
             f"upfront fee {capacity.money(offer.upfront_fee, offer.currency)}, charged now, cannot be cancelled."
         )
 
+        history = f"aws ec2 describe-capacity-block-extension-history --capacity-reservation-ids {cr} --region {aws.region}{_aws_cli_profile(args)}"
         outcome = fee_prompt.guarded(
             what=f"a {offer.hours} h extension of {cr}",
             fee=offer.upfront_fee,
@@ -331,10 +333,10 @@ def run_extend(args: argparse.Namespace) -> int:
             dry=lambda: aws.purchase_ec2.purchase_capacity_block_extension(**purchase.extension_request(offer.id, cr, dry=True)),
             buy=lambda: purchase.extend_block(aws.purchase_ec2, aws.ec2, offer, cr),
             assume_yes=args.yes,
+            look_for=f"look for extension offering {offer.id} in the history: `{history}`",
         )
     if outcome.status != "bought":
         _report_unclear(outcome, what=f"the {offer.hours} h extension of {cr} ({offer.id})", tagged=None)
-        history = f"aws ec2 describe-capacity-block-extension-history --capacity-reservation-ids {cr} --region {aws.region}{_aws_cli_profile(args)}"
         if outcome.found:
             raise KitError(
                 f"the extension went through despite the unclear answer ({outcome.failure}): status {outcome.found[0].state}. "
