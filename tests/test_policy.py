@@ -7,6 +7,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 
 from pdkit.model import profile_files
+from stacks.kit_function import VPC_ACCESS_ACTIONS
 from stacks.policy import acknowledge
 from tests.conftest import kit_of, new_app, policy_findings
 
@@ -70,16 +71,7 @@ WILDCARD_EXCEPTIONS = {
     # Lambda names the network interfaces itself; "ec2:DescribeNetworkInterfaces ... only works if it's allowed on all
     # resources" and a DeleteNetworkInterface without every resource id may cut the function off its VPC
     # (https://docs.aws.amazon.com/lambda/latest/dg/configuration-vpc.html); AWSLambdaVPCAccessExecutionRole grants them on *.
-    "Lambda VPC access": frozenset(
-        {
-            "ec2:CreateNetworkInterface",
-            "ec2:DescribeNetworkInterfaces",
-            "ec2:DescribeSubnets",
-            "ec2:DeleteNetworkInterface",
-            "ec2:AssignPrivateIpAddresses",
-            "ec2:UnassignPrivateIpAddresses",
-        }
-    ),
+    "Lambda VPC access": frozenset(VPC_ACCESS_ACTIONS),
 }
 # The AWS Load Balancer Controller's published IAM policy, bundled by aws-cdk-lib (aws-eks-v2 alb-controller):
 # the controller creates load balancers and security groups whose names are not known in advance and scopes its
