@@ -309,6 +309,9 @@ def now() -> datetime:
 
 # The purchase stack's output naming the block its purchase resource bought (stacks/purchase_stack.py).
 RESERVATION_OUTPUT = "ReservationId"
+# The tag every block the kit buys carries (PurchaseCapacityBlock's TagSpecifications; pdkit.ops.purchase); its value
+# identifies the purchase. Here because the CLI finds a bought block by it, and purchase imports this module.
+PURCHASE_TAG = "pdkit:purchase-id"
 
 
 def with_bought_block(plan: Plan, aws: Aws) -> Plan:
@@ -341,17 +344,35 @@ def bought_reservation_id(cloudformation: Any, stack_name: str) -> str | None:
 def tagged_reservation_id(ec2: Any, plan: Plan) -> str | None:
     """The block bought for this plan's purchase, found by its tag: a usable one first, else whatever EC2 shows (a
     pending or expired block is still that block, and its state says more than "not bought yet" would)."""
-    from pdkit.ops import purchase
-
     assert plan.purchase is not None
-    found = purchase.find_tagged(
+    found = reservations_tagged(
         ec2,
         instance_type=plan.purchase.instance_type,
         availability_zone=plan.purchase.availability_zone,
-        purchase_id=plan.purchase.purchase_id,
+        key=PURCHASE_TAG,
+        value=plan.purchase.purchase_id,
     )
-    best = next((s for s in found if s.state in USABLE_STATES), found[0] if found else None)
-    return best.reservation_id if best else None
+    best = next((r for r in found if r.state in USABLE_STATES), found[0] if found else None)
+    return best.id if best else None
+
+
+def reservations_tagged(ec2: Any, *, instance_type: str, availability_zone: str, key: str, value: str) -> list[Reservation]:
+    """Reservations of this type in this AZ whose tag `key` is `value`. Filtered server-side only on the documented
+    filters (API_DescribeCapacityReservations lists no tag:<key> filter), the tag matched here, every page read."""
+    filters = [
+        {"Name": "instance-type", "Values": [instance_type]},
+        {"Name": "availability-zone", "Values": [availability_zone]},
+    ]
+    found: list[Reservation] = []
+    token: str | None = None
+    while True:
+        page = ec2.describe_capacity_reservations(Filters=filters, **({"NextToken": token} if token else {}))
+        for raw in page.get("CapacityReservations", []):
+            if {t.get("Key"): t.get("Value") for t in raw.get("Tags", [])}.get(key) == value:
+                found.append(reservation_from(raw))
+        token = page.get("NextToken")
+        if not token:
+            return found
 
 
 def missing_reservation(plan: Plan) -> str | None:

@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from pdkit.errors import KitError
 from pdkit.ops.aws_errors import error_code
-from pdkit.ops.capacity import PLATFORM, ExtensionOffering, Offering, reservation_from
+from pdkit.ops.capacity import PLATFORM, ExtensionOffering, Offering, reservation_from, reservations_tagged
+from pdkit.ops.capacity import PURCHASE_TAG as PURCHASE_TAG  # the purchase's own tag, read by the CLI's lookups too
 
 # The tag every block is bought with; its value is a fresh id per purchase attempt.
-PURCHASE_TAG = "pdkit:purchase-id"
 # What PurchaseCapacityBlock creates and returns is a Capacity Reservation (cr-...), so that is
 # the resource type its TagSpecifications name.
 TAGGED_RESOURCE = "capacity-reservation"
@@ -162,25 +162,14 @@ def find_block(ec2: Any, offer: Offering, purchase_id: str) -> list[Sighting]:
 
 
 def find_tagged(ec2: Any, *, instance_type: str, availability_zone: str, purchase_id: str) -> list[Sighting]:
-    """Reservations carrying our purchase tag: what a purchase sent earlier with this id bought, if anything.
-    Filtered server-side only on the documented filters (API_DescribeCapacityReservations lists no tag:<key>
-    filter), the tag matched here, as find_block does."""
-    filters = [
-        {"Name": "instance-type", "Values": [instance_type]},
-        {"Name": "availability-zone", "Values": [availability_zone]},
+    """Reservations carrying our purchase tag: what a purchase sent earlier with this id bought, if anything
+    (pdkit.ops.capacity.reservations_tagged)."""
+    return [
+        Sighting(res.id, res.state, res.start, res.end, f"tag {PURCHASE_TAG}={purchase_id}")
+        for res in reservations_tagged(
+            ec2, instance_type=instance_type, availability_zone=availability_zone, key=PURCHASE_TAG, value=purchase_id
+        )
     ]
-    found: list[Sighting] = []
-    token: str | None = None
-    while True:
-        page = ec2.describe_capacity_reservations(Filters=filters, **({"NextToken": token} if token else {}))
-        for raw in page.get("CapacityReservations", []):
-            tags = {t.get("Key"): t.get("Value") for t in raw.get("Tags", [])}
-            if tags.get(PURCHASE_TAG) == purchase_id:
-                res = reservation_from(raw)
-                found.append(Sighting(res.id, res.state, res.start, res.end, f"tag {PURCHASE_TAG}={purchase_id}"))
-        token = page.get("NextToken")
-        if not token:
-            return found
 
 
 def tag_lookup_command(*, instance_type: str, availability_zone: str, purchase_id: str) -> str:
