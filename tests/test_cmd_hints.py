@@ -30,6 +30,7 @@ from tests.fixtures.cmd_support import (
     instances_page,
     profile,
     real_profile,
+    stub_marked,
     stub_nodegroups,
     stub_reservation,
 )
@@ -144,6 +145,7 @@ def test_capacity_extend_list(aws, where, capsys):
 
 def test_nodes_up(aws, where, capsys):
     stub_reservation(aws)
+    stub_marked(aws)
     stub_nodegroups(aws, 2)
     for group in GROUPS:
         nodes_tests.stub_instances(aws, group, "running", "running")
@@ -154,12 +156,14 @@ def test_nodes_up(aws, where, capsys):
 
 def test_nodes_up_without_waiting(aws, where, capsys):
     stub_reservation(aws)
+    stub_marked(aws)
     stub_nodegroups(aws, 2)
     assert main(["nodes", "up", "--no-serving", "--no-wait", *where]) == 0
     assert printed_command(capsys.readouterr().out, "Watch:", where)[1:2] == ["status"]
 
 
 def test_nodes_down(aws, where, capsys):
+    stub_marked(aws, up=False)
     stub_nodegroups(aws, 0)
     for group in GROUPS:
         nodes_tests.stub_instances(aws, group)

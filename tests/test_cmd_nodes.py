@@ -10,12 +10,14 @@ import pytest
 from pdkit.cli.main import main
 from pdkit.ops import kube, nodes
 from tests.fixtures.cmd_support import (
+    CR,
     GROUPS,
     NOW,
     instance,
     instances_page,
     nodegroup,
     real_profile,
+    stub_marked,
     stub_nodegroup,
     stub_nodegroups,
     stub_reservation,
@@ -68,6 +70,7 @@ def stub_instances(aws, group: str, *states: str) -> None:
 
 def test_up_scales_both_groups_to_the_plan_and_waits(aws, tmp_path, capsys):
     stub_reservation(aws)
+    stub_marked(aws)
     for group in GROUPS:
         stub_nodegroup(aws, group, 0)
         stub_update(aws, group, 2, f"u-{group}")
@@ -151,6 +154,7 @@ def test_update_in_progress_says_wait(aws, capsys):
 
 def test_timeout_reports_the_node_group_health(aws, tmp_path, capsys):
     stub_reservation(aws)
+    stub_marked(aws)
     stub_nodegroups(aws, 2)  # already at size: straight to waiting
     stub_instances(aws, GROUPS[0], "pending")
     stub_instances(aws, GROUPS[1], "running", "running")
@@ -221,6 +225,7 @@ def test_up_restores_the_plans_replicas_after_sizing_the_node_groups(aws, tmp_pa
     """After a late extension (the drain already ran), `nodes up` alone must bring serving back."""
     monkeypatch.setattr(kube, "connect", lambda context: FakeLws(order))
     stub_reservation(aws)
+    stub_marked(aws)
     stub_resize(aws, 0, 2)
     assert main(["nodes", "up", "--no-wait", "--profile", real_profile(tmp_path)]) == 0
     assert order[-1] == "ds pd-serving/glm51-2p2d-pd prefill=1,decode=1"
@@ -329,3 +334,25 @@ def test_down_on_a_rehearsal_says_billing_stops(aws, capsys):
     out = capsys.readouterr().out
     assert "stop billing" in out
     assert "paid upfront" not in out
+
+
+def test_down_on_a_bought_block_marks_it_drained_so_the_lifecycle_check_leaves_it_at_0(aws, tmp_path, capsys):
+    """The runbooks' `nodes down`, `make deploy`, `nodes up` needs the groups at 0 while EKS updates them (EKS,
+    capacity-blocks-mng). The lifecycle function's 5-minute catch-up scales an active block's groups up when they are at
+    0 and the block carries no marker: `nodes down` writes reservation.DRAINED_TAG first (stub_marked; the Stubber
+    refuses any other order)."""
+    stub_marked(aws, up=False)
+    stub_nodegroups(aws, 0)
+    assert main(["nodes", "down", "--no-wait", "--no-serving", "--profile", real_profile(tmp_path)]) == 0
+    assert "Warning" not in capsys.readouterr().err
+
+
+def test_a_refused_marker_is_a_warning_that_names_the_risk(aws, tmp_path, capsys):
+    from pdkit.model import reservation as rules
+
+    aws("ec2").add_client_error("create_tags", "UnauthorizedOperation", "not allowed", 403)
+    stub_nodegroups(aws, 0)
+    assert main(["nodes", "down", "--no-wait", "--no-serving", "--profile", real_profile(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"could not tag {CR} {rules.DRAINED_TAG} (ec2:CreateTags denied)" in err
+    assert "may scale the node groups back up" in err

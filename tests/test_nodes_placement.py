@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pdkit.cli.main import main
 from pdkit.model.placement import PLACED_ROLE_LABEL
-from tests.fixtures.cmd_support import instance, instances_page, real_profile, stub_reservation
+from tests.fixtures.cmd_support import instance, instances_page, real_profile, stub_marked, stub_reservation
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -50,6 +50,7 @@ class FakeCluster:
 def _scaled_up(aws) -> None:
     """The block is active, both groups go 0 -> 2, EKS applies it and the instances run."""
     stub_reservation(aws)
+    stub_marked(aws)
     for group in GROUPS.values():
         aws("eks").add_response(
             "describe_nodegroup",

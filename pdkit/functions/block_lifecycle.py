@@ -61,10 +61,10 @@ POLL_SECONDS = 10
 # Left on the Capacity Reservation by every drain (EC2 CreateTags; capacity reservations take tags:
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html): once it is there,
 # the periodic check never scales the block's node groups up again.
-DRAINED_TAG = "pdkit/drained-at"
+DRAINED_TAG = reservation.DRAINED_TAG
 # Left by every scale-up this function makes (Delivered or the catch-up): the check then leaves the block to
 # whoever scales it next (a drain, `pdkit nodes`).
-SCALED_UP_TAG = "pdkit/scaled-up-at"
+SCALED_UP_TAG = reservation.SCALED_UP_TAG
 # The envelope fields of the events this function is for: EC2's Capacity Block events
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html) and the rule's schedule
 # (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-run-lambda-schedule.html).

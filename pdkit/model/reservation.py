@@ -214,3 +214,10 @@ def problems(reservation: dict[str, Any] | None, want: Expected) -> list[str]:
 def drain_due(end: datetime, now: datetime, lead_minutes: int) -> bool:
     """True once the block ends within `lead_minutes`: ahead of EC2's T-40 warning and T-30 termination."""
     return now >= end - timedelta(minutes=lead_minutes)
+
+
+# Markers on the reservation itself (EC2 CreateTags), read by the lifecycle function's periodic check: a block that
+# carries either was scaled up or down on purpose (by the function or by `pdkit nodes`), so the check's catch-up for a
+# lost "Capacity Block Delivered" event never undoes it (pdkit/functions/block_lifecycle.py).
+DRAINED_TAG = "pdkit/drained-at"
+SCALED_UP_TAG = "pdkit/scaled-up-at"

@@ -234,3 +234,23 @@ def place_nodes(ec2: Any, plan: Plan, connect: Callable[[], Any], *, polls: int)
         return [f"WARN: placement not applied ({str(err).splitlines()[0][:200] or type(err).__name__}); {later}"]
     roles = "; ".join(f"{role}: {', '.join(ids) or 'none'}" for role, ids in chosen.roles.items())
     return [f"WARN: {w}" for w in chosen.warnings] + [f"Placement from the topology: {roles} (labelled {placement.PLACED_ROLE_LABEL})."]
+
+
+def mark_block(ec2: Any, reservation_id: str, *, up: bool, now: datetime) -> str | None:
+    """Tag the block as scaled on purpose (reservation.SCALED_UP_TAG / DRAINED_TAG), so the lifecycle function's
+    catch-up never scales it back up after `pdkit nodes down` (the runbooks' nodes down, make deploy, nodes up keeps the
+    groups at 0 while EKS updates them, as EKS requires for Capacity Block node groups). The warning when it cannot."""
+    key = reservation_rules.SCALED_UP_TAG if up else reservation_rules.DRAINED_TAG
+    try:
+        ec2.create_tags(Resources=[reservation_id], Tags=[{"Key": key, "Value": now.isoformat()}])
+    except Exception as err:
+        from pdkit.ops.aws_errors import is_denied
+
+        if not is_denied(err):
+            raise
+        return (
+            f"Warning: could not tag {reservation_id} {key} (ec2:CreateTags denied): the block lifecycle function's "
+            "5-minute check may scale the node groups back up while the block is active and they are at 0. "
+            "Fix: allow ec2:CreateTags on the reservation for your role (runbooks/00-capacity-block.md, permissions)"
+        )
+    return None

@@ -38,10 +38,18 @@ def run(args: argparse.Namespace) -> int:
     polls = max(1, int(args.timeout * 60 / nodes.POLL_SECONDS))
     verb = "up" if args.up else "down"
     with aws_errors.translated(region=aws.region):
+        block: str | None = None
+        if nodes.needs_block(plan):
+            bought = capacity.with_bought_block(plan, aws)
+            block = None if bought.reservation_is_placeholder else bought.reservation_id
         if args.up and nodes.needs_block(plan):
-            reservation_id = capacity.require_reservation(capacity.with_bought_block(plan, aws))
+            reservation_id = capacity.require_reservation(bought)
             res = capacity.describe_reservation(aws.ec2, reservation_id)
             nodes.require_block_for_up(res, now=capacity.now(), drain_minutes=plan.drain_lead_minutes, need=plan.instance_count)
+        # Marked before the groups change: a lifecycle check running meanwhile then leaves them alone.
+        warning = nodes.mark_block(aws.ec2, block, up=args.up, now=capacity.now()) if block else None
+        if warning:
+            console.say(warning, stderr=True)
         targets = {name: nodes.target(role, up=args.up) for name, role in plan.roles.items()}
         if not args.up and not args.no_serving:
             # Pods first: with the LeaderWorkerSets at 0 no disruption budget can hold the node drain.
