@@ -69,9 +69,11 @@ class CapacityPurchase(Construct):
             },
         )
         # Lambda retries a failed asynchronous invocation twice by default; a purchase is never re-run by a
-        # retry (the handler also adopts a block already carrying its tag).
+        # retry (the handler also adopts a block already carrying its tag). Throttled or system-error events are
+        # still retried for up to 6 hours: an event older than a minute is dropped instead, so a Create that waited in
+        # Lambda's queue never buys after CloudFormation has given up on it and rolled back (60 s is the minimum).
         # https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html
-        self.function.function.configure_async_invoke(retry_attempts=0)
+        self.function.function.configure_async_invoke(retry_attempts=0, max_event_age=cdk.Duration.seconds(60))
         reservations = stack.format_arn(service="ec2", resource="capacity-reservation", resource_name="*")
         read = self.function.allow(
             "Read",

@@ -75,6 +75,14 @@ class ImagesStack(KitStack):
                     ),
                 ],
             )
+            # CloudFormation deletes a repository only when it is empty: a failed first create whose build already pushed
+            # would end ROLLBACK_FAILED with the repository in the way of the retry. EmptyOnDelete acts only when
+            # CloudFormation deletes (RetainExceptOnCreate: only that rollback), never on `make destroy`.
+            # (CDK's emptyOnDelete insists on RemovalPolicy.DESTROY, hence the L1 property.)
+            # https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-ecr-repository.html
+            repository = self.repositories[image.name].node.default_child
+            assert isinstance(repository, ecr.CfnRepository)
+            repository.empty_on_delete = True
         if not self.repositories:
             cdk.CfnOutput(self, "Images", value="external registry; nothing to build")
             return

@@ -126,7 +126,6 @@ def test_the_purchase_tag_is_made_of_what_survives_a_stack_recreate(bought):
     ("change", "why"),
     [
         ({"StackId": NEW_STACK}, "is not this function's stack"),
-        ({"LogicalResourceId": "SomethingElse"}, "is not this function's resource"),
         ({"ServiceToken": "arn:aws:lambda:eu-south-2:123456789012:function:other"}, "is not this function"),
         ({"ResponseURL": "https://attacker.example.com/collect"}, "is not CloudFormation's response bucket"),
         ({"ResponseURL": "http://cloudformation-custom-resource-response-eusouth2.s3.amazonaws.com/x"}, "response bucket"),
@@ -143,6 +142,23 @@ def test_a_request_that_is_not_for_this_resource_gets_no_answer_and_buys_nothing
     handle(event(kind, PhysicalResourceId=CR, **change), ec2=NoAws(), purchase_ec2=NoAws(), cloudformation=NoAws(), respond=answers)
     assert answers == []
     assert why in capsys.readouterr().out
+
+
+def test_a_create_for_another_resource_gets_no_answer_and_buys_nothing(capsys):
+    answers = Answers()
+    handle(event("Create", LogicalResourceId="SomethingElse"), ec2=NoAws(), purchase_ec2=NoAws(), cloudformation=NoAws(), respond=answers)
+    assert answers == []
+    assert "is not this function's resource" in capsys.readouterr().out
+
+
+def test_a_delete_for_a_renamed_resource_of_its_own_stack_is_answered_and_buys_nothing():
+    """After a refactor renames the resource, CloudFormation's cleanup sends Delete for the old logical id (and a rollback
+    one for the new): unanswered, the stack waits for the ServiceTimeout and ends DELETE_FAILED (red-team finding).
+    Only a Create buys, so only a Create must name this resource."""
+    answers = Answers()
+    handle(event("Delete", LogicalResourceId="OldPurchaseBlock", PhysicalResourceId=CR), ec2=NoAws(), purchase_ec2=NoAws(), respond=answers)
+    assert [a["success"] for a in answers] == [True]
+    assert answers[0]["physical_id"] == CR
 
 
 def test_a_direct_invoke_without_the_lambda_context_is_ignored():
@@ -341,3 +357,81 @@ def test_the_purchase_itself_is_never_tried_again():
     assert counted.real == 1
     assert slept == []
     assert answers[0]["success"] is False
+
+
+# --- red-team findings: a paid block is never answered FAILED, the first read waits out IAM ----------------------------
+
+
+def _through_the_dry_run(s_ec2: Stubber, s_buy: Stubber) -> None:
+    s_ec2.add_response("describe_capacity_reservations", {"CapacityReservations": []}, TAG_LOOKUP)
+    s_ec2.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": [OFFERING]}, OFFERING_QUERY)
+    s_buy.add_client_error(
+        "purchase_capacity_block", "DryRunOperation", "Request would have succeeded", 412, expected_params=request(dry=True)
+    )
+
+
+def test_a_purchase_reply_without_a_reservation_is_answered_with_the_block_its_tag_finds():
+    """PurchaseCapacityBlock's reply shape has CapacityReservation optional (botocore ec2 model): a reply without it used
+    to raise KeyError into the catch-all, answer FAILED "nothing more was sent", and roll back a paid block."""
+    ec2, buyer = client(), client()
+    with Stubber(ec2) as s_ec2, Stubber(buyer) as s_buy:
+        _through_the_dry_run(s_ec2, s_buy)
+        s_buy.add_response("purchase_capacity_block", {}, request(dry=False))
+        s_ec2.add_response("describe_capacity_reservations", {"CapacityReservations": [bought_block()]}, TAG_LOOKUP)
+        answers = Answers()
+        handle(event(), ec2=ec2, purchase_ec2=buyer, respond=answers)
+        s_ec2.assert_no_pending_responses()
+    assert (answers[0]["success"], answers[0]["physical_id"]) == (True, CR)
+    assert "found by its tag" in answers[0]["reason"]
+
+
+def test_a_bought_block_no_lookup_names_yet_is_failed_with_the_tag_never_with_nothing_sent():
+    ec2, buyer = client(), client()
+    with Stubber(ec2) as s_ec2, Stubber(buyer) as s_buy:
+        _through_the_dry_run(s_ec2, s_buy)
+        s_buy.add_response("purchase_capacity_block", {}, request(dry=False))
+        s_ec2.add_response("describe_capacity_reservations", {"CapacityReservations": []}, TAG_LOOKUP)
+        answers = Answers()
+        handle(event(), ec2=ec2, purchase_ec2=buyer, respond=answers)
+    reason = answers[0]["reason"]
+    assert answers[0]["success"] is False
+    assert "was sent once" in reason
+    assert f"{purchase.PURCHASE_TAG}={PID}" in reason
+    assert "adopts it, never buys another" in reason
+    assert "no purchase was sent" not in reason
+
+
+def test_a_lost_success_answer_is_put_again_not_turned_into_a_failure():
+    """The PUT of the SUCCESS answer for a bought block timed out: before, the catch-all answered FAILED (rolling the
+    stack back and forgetting the block). CloudFormation keeps the first answer it receives, so a second PUT is safe."""
+    ec2, buyer = client(), client()
+    puts: list[bool] = []
+
+    def flaky(_event: dict[str, Any], **answer: Any) -> None:
+        puts.append(answer["success"])
+        if len(puts) == 1:
+            raise TimeoutError("The read operation timed out")
+
+    with Stubber(ec2) as s_ec2, Stubber(buyer) as s_buy:
+        _through_the_dry_run(s_ec2, s_buy)
+        s_buy.add_response("purchase_capacity_block", {"CapacityReservation": bought_block()}, request(dry=False))
+        s_ec2.add_response("describe_capacity_reservations", {"CapacityReservations": [bought_block()]}, {"CapacityReservationIds": [CR]})
+        handle(event(), ec2=ec2, purchase_ec2=buyer, respond=flaky, sleep=lambda _s: None)
+    assert puts == [True, True]
+
+
+def test_the_first_read_waits_out_iam_propagation_too():
+    """The role's first call is DescribeCapacityReservations (the tag lookup), before any dry run: a role seconds old
+    answers UnauthorizedOperation there as well. Reads buy nothing, so it is tried again, as the dry run is."""
+    ec2, buyer = client(), client()
+    waited: list[float] = []
+    with Stubber(ec2) as s_ec2, Stubber(buyer) as s_buy:
+        s_ec2.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "not authorized", 403, expected_params=TAG_LOOKUP)
+        _through_the_dry_run(s_ec2, s_buy)
+        s_buy.add_response("purchase_capacity_block", {"CapacityReservation": bought_block()}, request(dry=False))
+        s_ec2.add_response("describe_capacity_reservations", {"CapacityReservations": [bought_block()]}, {"CapacityReservationIds": [CR]})
+        answers = Answers()
+        handle(event(), ec2=ec2, purchase_ec2=buyer, respond=answers, sleep=waited.append)
+        s_ec2.assert_no_pending_responses()
+    assert answers[0]["success"] is True
+    assert waited[0] == capacity_purchase.DRY_RUN_WAITS[0]

@@ -86,12 +86,19 @@ def test_the_guard_waits_only_for_a_bought_id(bought, kit):
 
 
 def test_lambda_never_retries_the_purchase_invocation(bought):
-    """Lambda retries a failed asynchronous invocation twice unless MaximumRetryAttempts is 0
-    (AWS::Lambda::EventInvokeConfig; Lambda developer guide, asynchronous invocation error handling)."""
+    """Lambda retries a failed asynchronous invocation twice unless MaximumRetryAttempts is 0, and keeps throttled or
+    system-error events for up to 6 hours unless MaximumEventAgeInSeconds is lower (AWS::Lambda::EventInvokeConfig;
+    Lambda developer guide, asynchronous invocation error handling): a minute, so a queued Create never buys after
+    CloudFormation has rolled back."""
     capacity = bought.template_json("purchase")
     configs = [c["Properties"] for c in _of_type(capacity, "AWS::Lambda::EventInvokeConfig").values()]
     purchase_fn = next(k for k in _of_type(capacity, "AWS::Lambda::Function") if k.startswith("PurchaseFunction"))
-    assert {"FunctionName": {"Ref": purchase_fn}, "MaximumRetryAttempts": 0, "Qualifier": "$LATEST"} in configs
+    assert {
+        "FunctionName": {"Ref": purchase_fn},
+        "MaximumEventAgeInSeconds": 60,
+        "MaximumRetryAttempts": 0,
+        "Qualifier": "$LATEST",
+    } in configs
 
 
 def _purchase_statements(template: dict[str, Any]) -> list[dict[str, Any]]:

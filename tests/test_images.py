@@ -39,6 +39,8 @@ def test_repositories_are_immutable_scanned_encrypted_and_retained(kit):
         assert "LifecyclePolicy" in props
         # Kept on update and delete, not on a failed first create (fixed name: stacks/retention.py).
         assert (repo["DeletionPolicy"], repo["UpdateReplacePolicy"]) == ("RetainExceptOnCreate", "Retain")
+        # The rollback of a failed first create can delete a repository the build already pushed to (red-team finding).
+        assert props["EmptyOnDelete"] is True
 
 
 def test_build_runs_in_region_privileged_for_docker_on_amd64(kit):

@@ -43,11 +43,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pdkit.functions import cfn_response, reservation_guard
@@ -55,6 +55,8 @@ from pdkit.model import reservation
 from pdkit.ops import capacity, client_config, purchase
 from pdkit.ops.aws_errors import error_code
 from pdkit.ops.client_config import PURCHASE, READS
+
+T = TypeVar("T")
 
 PURCHASE_PROPERTIES = (
     "OfferingId",
@@ -130,7 +132,10 @@ def foreign(event: Any, context: Any, own: Own) -> str | None:
         return f"request type {event.get('RequestType')!r} is not a CloudFormation custom resource request"
     if event.get("StackId") != own.stack_id:
         return f"stack {event.get('StackId')!r} is not this function's stack {own.stack_id}"
-    if event.get("LogicalResourceId") != own.resource_id:
+    # Only a Create buys, so only a Create must name this resource. An Update or Delete for another logical id of the
+    # same stack is CloudFormation cleaning up after a rename (or the rollback of one): it buys nothing and must be
+    # answered, or the stack waits for the ServiceTimeout and ends DELETE_FAILED.
+    if event.get("RequestType") == "Create" and event.get("LogicalResourceId") != own.resource_id:
         return f"resource {event.get('LogicalResourceId')!r} is not this function's resource {own.resource_id}"
     function_arn = getattr(context, "invoked_function_arn", None)
     if not function_arn or event.get("ServiceToken") != function_arn:
@@ -175,19 +180,30 @@ def handler(
         return
     deadline = Deadline(context, clock=clock)
     kind = event["RequestType"]
+    sent: list[str] = []  # what PurchaseCapacityBlock was sent for, once it was
     try:
         if kind == "Delete":
             _delete(event, own, respond)
         elif kind == "Update":
             _update(event, own, ec2 or _ec2(), cloudformation, respond)
         else:
-            _create(event, own, ec2 or _ec2(), purchase_ec2 or _ec2(once=True), respond, deadline, sleep)
+            _create(event, own, ec2 or _ec2(), purchase_ec2 or _ec2(once=True), respond, deadline, sleep, sent)
     except Exception as exc:  # any failure must still answer CloudFormation, or the stack waits for the ServiceTimeout
         physical = event.get("PhysicalResourceId") or own.placeholder
-        respond(event, success=False, reason=f"Capacity Block purchase: {_failure(exc)}; nothing more was sent", physical_id=physical)
+        if sent:
+            lookup = _lookup(own.props, own.purchase_id)
+            reason = (
+                f"Capacity Block purchase of {sent[0]} was sent once; then {_failure(exc)}. It may be bought: look for tag "
+                f"{purchase.PURCHASE_TAG}={own.purchase_id} with `{lookup}`; deploying this stack again adopts it, never buys another"
+            )
+        else:
+            reason = f"Capacity Block purchase: {_failure(exc)}; no purchase was sent"
+        respond(event, success=False, reason=reason, physical_id=physical)
 
 
-def _create(event: dict[str, Any], own: Own, ec2: Any, purchase_ec2: Any, respond: Any, deadline: Deadline, sleep: Any) -> None:
+def _create(
+    event: dict[str, Any], own: Own, ec2: Any, purchase_ec2: Any, respond: Any, deadline: Deadline, sleep: Any, sent: list[str]
+) -> None:
     props, pid = own.props, own.purchase_id
     tag = f"{purchase.PURCHASE_TAG}={pid}"
     asked = event.get("ResourceProperties")
@@ -201,18 +217,26 @@ def _create(event: dict[str, Any], own: Own, ec2: Any, purchase_ec2: Any, respon
             physical_id=own.placeholder,
         )
         return
-    held = [
-        s
-        for s in purchase.find_tagged(
+    tagged = propagated(
+        lambda: purchase.find_tagged(
             ec2, instance_type=props["InstanceType"], availability_zone=props["AvailabilityZone"], purchase_id=pid
-        )
-        if s.state in HELD_STATES
-    ]
+        ),
+        deadline=deadline,
+        sleep=sleep,
+    )
+    held = [s for s in tagged if s.state in HELD_STATES]
     if held:
-        _bought(event, respond, held[0], f"{held[0].reservation_id} already carries this purchase's tag {tag}: adopted, not bought again")
+        _bought(
+            event,
+            respond,
+            held[0],
+            f"{held[0].reservation_id} already carries this purchase's tag {tag}: adopted, not bought again",
+            deadline,
+            sleep,
+        )
         return
     placeholder = own.placeholder
-    offer = find_offer(ec2, props)
+    offer = find_offer(ec2, props)  # the role has answered by now: no second propagation wait
     if offer is None:
         respond(
             event,
@@ -248,17 +272,39 @@ def _create(event: dict[str, Any], own: Own, ec2: Any, purchase_ec2: Any, respon
             physical_id=placeholder,
         )
         return
+    sent.append(what)
     outcome = purchase.buy_block(purchase_ec2, ec2, offer, pid)
     if outcome.status == "bought":
-        raw = (outcome.reply or {}).get("CapacityReservation", {})
+        raw = (outcome.reply or {}).get("CapacityReservation") or {}
+        if not raw.get("CapacityReservationId"):
+            # EC2 answered the purchase but the reply names no reservation: the block is paid for. Find it by its tag
+            # rather than answer FAILED, which would roll the stack back and forget it (Terraform keeps the id of a
+            # purchase whose wait failed, so the resource is tainted, not lost).
+            found = [
+                s
+                for s in purchase.find_tagged(
+                    ec2, instance_type=offer.instance_type, availability_zone=offer.availability_zone, purchase_id=pid
+                )
+            ]
+            if not found:
+                raise BoughtButUnnamed(what, tag, _lookup(props, pid))
+            _bought(event, respond, found[0], f"bought {found[0].reservation_id}: {what}, tagged {tag} (found by its tag)", deadline, sleep)
+            return
         res = capacity.reservation_from(raw)
         sighting = purchase.Sighting(res.id, res.state, res.start or offer.start, res.end or offer.end, "the purchase reply")
         await_visible(ec2, res.id, sleep=sleep, deadline=deadline)
-        _bought(event, respond, sighting, f"bought {res.id}: {what}, tagged {tag}")
+        _bought(event, respond, sighting, f"bought {res.id}: {what}, tagged {tag}", deadline, sleep)
         return
     certain = [s for s in outcome.found if s.certain]
     if certain:
-        _bought(event, respond, certain[0], f"EC2 gave no clear answer ({outcome.failure}) but {certain[0].reservation_id} carries {tag}")
+        _bought(
+            event,
+            respond,
+            certain[0],
+            f"EC2 gave no clear answer ({outcome.failure}) but {certain[0].reservation_id} carries {tag}",
+            deadline,
+            sleep,
+        )
         return
     seen = f"; a block that only looks like it: {', '.join(s.reservation_id for s in outcome.found)}" if outcome.found else ""
     looked = f"the lookup failed ({outcome.lookup_failure})" if outcome.lookup_failure else "no reservation carries the tag yet"
@@ -270,6 +316,20 @@ def _create(event: dict[str, Any], own: Own, ec2: Any, purchase_ec2: Any, respon
         "Deploying this stack again adopts a block with that tag instead of buying another",
         physical_id=placeholder,
     )
+
+
+def propagated(call: Callable[[], T], *, deadline: Deadline, sleep: Any = time.sleep) -> T:
+    """A read by the function's role, tried again while EC2 answers UnauthorizedOperation: the role was created moments
+    before by the same stack and IAM is eventually consistent (the first call is a DescribeCapacityReservations, not the
+    dry run). Reads buy nothing, so a retry is safe; the waits are DRY_RUN_WAITS, bounded by the time left."""
+    for wait in (*DRY_RUN_WAITS, None):
+        try:
+            return call()
+        except Exception as err:
+            if error_code(err) != UNAUTHORIZED or wait is None or deadline.left() - wait < PURCHASE_BUDGET_SECONDS:
+                raise
+        sleep(wait)
+    raise AssertionError("unreachable: the last try raises or returns")
 
 
 def dry_run(call: Any, *, what: str, deadline: Deadline, sleep: Any = time.sleep) -> None:
@@ -364,8 +424,33 @@ def _lookup(props: dict[str, Any], pid: str) -> str:
     return purchase.tag_lookup_command(instance_type=props["InstanceType"], availability_zone=props["AvailabilityZone"], purchase_id=pid)
 
 
-def _bought(event: dict[str, Any], respond: Any, block: purchase.Sighting, reason: str) -> None:
-    respond(event, success=True, reason=reason, physical_id=block.reservation_id, data=_data(block))
+# Tries of the SUCCESS answer for a held block, and the seconds between them: a lost PUT would leave CloudFormation to
+# time out and roll the stack back, forgetting the paid block. CloudFormation keeps the first answer it receives.
+ANSWER_TRIES = 3
+ANSWER_EVERY = 5.0
+
+
+def _bought(event: dict[str, Any], respond: Any, block: purchase.Sighting, reason: str, deadline: Deadline, sleep: Any) -> None:
+    """Answer SUCCESS with the block; the PUT is tried again while time is left (never a FAILED for a paid block)."""
+    for attempt in range(ANSWER_TRIES):
+        try:
+            respond(event, success=True, reason=reason, physical_id=block.reservation_id, data=_data(block))
+            return
+        except Exception:
+            if attempt + 1 == ANSWER_TRIES or deadline.left() < ANSWER_EVERY:
+                raise
+            sleep(ANSWER_EVERY)
+
+
+class BoughtButUnnamed(Exception):
+    """EC2 answered the purchase, but neither its reply nor the tag lookup names the reservation yet."""
+
+    def __init__(self, what: str, tag: str, lookup: str) -> None:
+        super().__init__(
+            f"EC2 answered the purchase of {what} without naming the reservation, and none carries {tag} yet (EC2 is eventually "
+            f"consistent): the block is most likely bought. Look for it with `{lookup}`; deploying this stack again adopts it, "
+            "never buys another"
+        )
 
 
 def _data(block: purchase.Sighting) -> dict[str, str]:
