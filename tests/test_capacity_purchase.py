@@ -30,6 +30,7 @@ from pdkit.functions import capacity_purchase
 from pdkit.model.plan import purchase_id
 from pdkit.ops import client_config, purchase
 from tests.fixtures.ec2_standin import HANG, error, items, ok, running
+from tests.fixtures.purchase_fixtures import held_block
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
 
@@ -149,19 +150,18 @@ AFTER_UNCLEAR = TAG_LOOKUP
 
 
 def reservation(cr: str = CR, *, tagged: bool = True, state: str = "payment-pending") -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "CapacityReservationId": cr,
-        "InstanceType": "p5en.48xlarge",
-        "AvailabilityZone": "eu-south-2a",
-        "TotalInstanceCount": 4,
-        "State": state,
-        "StartDate": START,
-        "EndDate": END,
-        "ReservationType": "capacity-block",
-    }
-    if tagged:
-        row["Tags"] = [{"Key": purchase.PURCHASE_TAG, "Value": PID}]
-    return row
+    """A block not started yet as EC2 reports it: AWS ParallelCluster's recorded Capacity Block (TotalInstanceCount 0,
+    the count in its aws:ec2capacityreservation:incrementalRequestedQuantity tag; tests/fixtures/ec2/README.md),
+    with this purchase's tag when `tagged`."""
+    return held_block(
+        cr,
+        instance_type="p5en.48xlarge",
+        availability_zone="eu-south-2a",
+        start=START,
+        end=END,
+        tags={purchase.PURCHASE_TAG: PID} if tagged else {},
+        state=state,
+    )
 
 
 def request(*, dry: bool) -> dict[str, Any]:

@@ -15,7 +15,18 @@ from pdkit.cli import fee_prompt
 from pdkit.cli.main import main
 from pdkit.errors import KitError
 from pdkit.ops import aws_clients, purchase
-from tests.fixtures.cmd_support import CB, CR, NOW, instance, instances_page, offering, profile, real_profile, stub_reservation
+from tests.fixtures.cmd_support import (
+    CB,
+    CR,
+    NOW,
+    instance,
+    instances_page,
+    offering,
+    pending_block,
+    profile,
+    real_profile,
+    stub_reservation,
+)
 from tests.fixtures.scaledown import stub_no_node_groups
 
 pytest_plugins = ["tests.fixtures.cmd_fixtures"]
@@ -474,16 +485,11 @@ def test_buy_after_a_503_reports_an_untagged_look_alike_as_uncertain(aws, capsys
         503,
         expected_params={"CapacityBlockOfferingId": "cbr-1", "InstancePlatform": "Linux/UNIX", "TagSpecifications": TAGS, "DryRun": False},
     )
-    alike = {
-        "CapacityReservationId": "cr-0alike0000000000",
-        "InstanceType": "p5en.48xlarge",
-        "AvailabilityZone": "eu-south-2a",
-        "TotalInstanceCount": 4,
-        "State": "scheduled",
-        "StartDate": offer["StartDate"],
-        "EndDate": offer["EndDate"],
-        "ReservationType": "capacity-block",
-    }
+    # A block not started yet as EC2 reports it (ParallelCluster's recorded block: count 0, the count in EC2's own tag),
+    # without this purchase's tag.
+    alike = pending_block(
+        CapacityReservationId="cr-0alike0000000000", State="scheduled", StartDate=offer["StartDate"], EndDate=offer["EndDate"]
+    )
     aws("ec2").add_response(
         "describe_capacity_reservations",
         {"CapacityReservations": [alike]},
