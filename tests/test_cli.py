@@ -43,15 +43,20 @@ def test_profile_is_accepted_before_or_after_the_command(capsys):
 def test_a_closed_stdout_pipe_is_one_line_and_a_non_zero_exit():
     """`pdkit plan --output json | head -c 5`: the reader goes away, the next write raises BrokenPipeError; one line on
     stderr and exit 1, and no second error from the interpreter's flush at exit (the Python docs' recipe,
-    https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
-    run = subprocess.Popen([sys.executable, "-m", "pdkit", "plan", "--output", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert run.stdout is not None
-    assert run.stderr is not None
-    run.stdout.read(5)
-    run.stdout.close()
-    err = run.stderr.read().decode()
-    assert run.wait() == 1
-    assert err == "pdkit: error: standard output closed before the command finished writing (a pipe such as `| head`)\n"
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe). The pipe's read end is closed before the process
+    starts, so its first write fails whatever the pipe buffer could hold (no race with a fast writer)."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pdkit", "plan", "--output", "json"], stdout=write_end, stderr=subprocess.PIPE, text=True, check=False
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1
+    assert done.stderr == "pdkit: error: standard output closed before the command finished writing (a pipe such as `| head`)\n"
 
 
 # Words an operator copies out of a table: a reservation, an offering, an instance, an ARN.

@@ -29,26 +29,48 @@ ROLES = ["prefill", "decode"]
 # ---- SGLang flags ----
 
 
-def test_roles_with_expert_parallelism_export_expert_balancedness_to_prometheus():
+def opted_in(raw_with, *changes):
+    """The default profile with decode's expert-balancedness report on (prefill, with pp 2, may not: test below)."""
+    return plan_mod.build(profile_files.parse(raw_with("roles.decode.expert_balance_report", True, *changes)), profile_path="<t>")
+
+
+def test_no_role_reports_expert_balancedness_by_default():
+    """The recorder behind --expert-balancedness-report-mode ends every forward with torch.distributed.reduce on WORLD
+    (sglang 0.5.23 srt/eplb/expert_distribution.py, _append_utilization_rate; the recorder starts itself when the mode is
+    set, ExpertDistributionRecorder.__init__): a hang with prefill's PP2 (the PP scheduler's send waits on that forward,
+    srt/managers/scheduler_pp_mixin.py) and a cross-node collective per decode step. So no role renders it by default."""
+    for role, r in PLAN.roles.items():
+        assert r.ep > 1
+        assert "--expert-balancedness-report-mode" not in launch_argv(PLAN, role)
+
+
+def test_a_role_that_opts_in_exports_expert_balancedness_to_prometheus(raw_with):
     """SGLang 0.5.23 creates `sglang:eplb_balancedness` only when --expert-balancedness-report-mode is
     prometheus or both (python/sglang/srt/observability/metrics_collector.py, SchedulerMetricsCollector;
     choices in conformance/help/sglang-0.5.23-launch_server.txt); the default `off` exports nothing."""
-    for role, r in PLAN.roles.items():
-        assert r.ep > 1
-        argv = launch_argv(PLAN, role)
-        i = argv.index("--expert-balancedness-report-mode")
-        assert argv[i + 1] == "prometheus"
+    plan = opted_in(raw_with)
+    argv = launch_argv(plan, "decode")
+    assert argv[argv.index("--expert-balancedness-report-mode") + 1] == "prometheus"
+    assert "--expert-balancedness-report-mode" not in launch_argv(plan, "prefill")
 
 
-def test_per_rank_series_need_no_all_schedulers_flag():
+def test_the_report_is_refused_with_pipeline_parallelism(raw_with):
+    with pytest.raises(ProfileError) as info:
+        plan_mod.build(profile_files.parse(raw_with("roles.prefill.expert_balance_report", True)), profile_path="<t>")
+    assert info.value.field == "roles.prefill.expert_balance_report"
+    assert "pipeline stages wait on each other at the first batch" in str(info.value)
+    assert "runbooks/02-serve.md, Expert balance" in str(info.value)
+
+
+def test_per_rank_series_need_no_all_schedulers_flag(raw_with):
     """SGLang 0.5.23 records scheduler metrics where attn_tp_rank == 0 and attn_cp_rank == 0
     (SchedulerMetricsCollector.init_new), i.e. once per attention-DP rank, labelled dp_rank. The
     all-schedulers flag would add prefill's 8 context-parallel ranks, which run the same requests,
     and multiply its running/queued figures 8-fold. The expert flag proves this test reads the argv."""
-    for role in PLAN.roles:
-        argv = launch_argv(PLAN, role)
-        assert "--enable-metrics-for-all-schedulers" not in argv
-        assert "--expert-balancedness-report-mode" in argv
+    plan = opted_in(raw_with)
+    for role in plan.roles:
+        assert "--enable-metrics-for-all-schedulers" not in launch_argv(plan, role)
+    assert "--expert-balancedness-report-mode" in launch_argv(plan, "decode")
 
 
 # ---- catalog and figures ----
@@ -159,7 +181,7 @@ def test_serving_dashboard_shows_load_per_dp_rank_of_roles_with_attention_dp():
 
 
 def test_serving_dashboard_shows_expert_balancedness_against_the_profile_floor(raw_with):
-    plan = plan_mod.build(profile_files.parse(raw_with("observability.expert_balancedness_min", 0.625)), profile_path="<t>")
+    plan = opted_in(raw_with, "observability.expert_balancedness_min", 0.625)
     (widget,) = [w for w in _serving_body(plan)["widgets"] if "Expert balancedness" in w.get("properties", {}).get("title", "")]
     assert {e[1] for e in widget["properties"]["metrics"]} == {"ExpertBalancedness"}
     assert 0.625 in [a["value"] for a in widget["properties"]["annotations"]["horizontal"]]
@@ -168,10 +190,11 @@ def test_serving_dashboard_shows_expert_balancedness_against_the_profile_floor(r
 # ---- alarm and profile ----
 
 
-def test_sustained_expert_imbalance_alarms_per_role_with_ep(raw_with):
-    plan = plan_mod.build(profile_files.parse(raw_with("observability.expert_balancedness_min", 0.55)), profile_path="<t>")
+def test_sustained_expert_imbalance_alarms_per_role_that_reports(raw_with):
+    plan = opted_in(raw_with, "observability.expert_balancedness_min", 0.55)
     by_key = {a.key: a for a in alarms.alarms(plan)}
-    for role in plan.roles:
+    assert "expert-imbalance-prefill" not in by_key
+    for role in ("decode",):
         alarm = by_key[f"expert-imbalance-{role}"]
         assert alarm.comparison == "LessThanThreshold"
         assert alarm.threshold == 0.55
@@ -199,15 +222,34 @@ def _result(ident, value):
     return {"Id": ident, "Label": ident, "Timestamps": [NOW - timedelta(minutes=1)], "Values": [value], "StatusCode": "Complete"}
 
 
-def test_status_shows_busiest_rank_dp_imbalance_and_expert_balancedness():
-    floor = PLAN.alarms.expert_balancedness_min
+def test_status_shows_busiest_rank_dp_imbalance_and_expert_balancedness(raw_with):
+    plan = plan_mod.build(
+        profile_files.parse(
+            raw_with(
+                "roles.decode.expert_balance_report",
+                True,
+                "roles.prefill.parallelism.pp",
+                1,
+                "roles.prefill.parallelism.tp",
+                16,
+                "roles.prefill.parallelism.attn_cp",
+                1,
+                "roles.prefill.parallelism.attn_dp",
+                16,
+                "roles.prefill.expert_balance_report",
+                True,
+            )
+        ),
+        profile_path="<t>",
+    )
+    floor = plan.alarms.expert_balancedness_min
     results = [
         _result("busiest_rank_decode", 12),
         _result("dp_imbalance_decode", 1.8),
         _result("expert_balance_decode", floor / 2),
         _result("expert_balance_prefill", (1 + floor) / 2),
     ]
-    by_item = {f.item: f for f in status_metrics.headline(PLAN, results)}
+    by_item = {f.item: f for f in status_metrics.headline(plan, results)}
     assert by_item["decode busiest DP rank running requests"].value == 12
     assert by_item["decode DP load imbalance (max/mean tokens)"].state == "OK"
     assert by_item["decode expert balancedness"].state == "FAIL"

@@ -165,8 +165,11 @@ class RolePlan:
 
     @property
     def reports_expert_balancedness(self) -> bool:
-        """MoE experts spread over EP ranks: SGLang reports how evenly they are loaded (pdkit/render/observability)."""
-        return self.ep > 1
+        """The role opted in (roles.<role>.expert_balance_report) and spreads MoE experts over EP ranks: SGLang then
+        reports how evenly they are loaded (pdkit/render/observability). Off by default: the recorder's per-forward
+        reduce on the WORLD group (sglang 0.5.23 srt/eplb/expert_distribution.py, _append_utilization_rate) is a
+        cross-node collective on every decode step, and a deadlock with pipeline parallelism (the build refuses it)."""
+        return self.ep > 1 and self.settings.expert_balance_report
 
 
 @dataclass(frozen=True)
@@ -937,6 +940,17 @@ def _namespace(p: Profile) -> None:
 def _role(p: Profile, name: str, r: Role, it: InstanceType, m: Model, efa: int, *, suggest: bool = True) -> RolePlan:
     par = r.parallelism
     at = f"roles.{name}"
+    if r.expert_balance_report and par.pp > 1:
+        # SGLang 0.5.23: the balancedness recorder ends every ModelRunner.forward with torch.distributed.reduce on WORLD
+        # (srt/eplb/expert_distribution.py, _append_utilization_rate), and the PP scheduler's send to the next stage
+        # waits on an event recorded after that forward (srt/managers/scheduler_pp_mixin.py): stage 0's send waits for a
+        # reduce stage 1 enters only after it received that send. Code-traced; the first GPU run confirms.
+        raise ProfileError(
+            f"{at}.expert_balance_report",
+            True,
+            f"with pp {par.pp}, SGLang's per-forward balancedness reduce makes the pipeline stages wait on each other at the first batch",
+            "leave it off on this role; record the expert distribution on demand (runbooks/02-serve.md, Expert balance)",
+        )
     gpus_per_replica = r.nodes_per_replica * it.gpus
 
     def fix(options: list[dict[str, int]], otherwise: str) -> str:

@@ -251,6 +251,12 @@ class Role(_Section):
     chunked_prefill_size: int | None = Field(default=None, gt=0)
     cuda_graph_max_bs: int | None = Field(default=None, gt=0)
     two_batch_overlap: bool = False
+    expert_balance_report: bool = Field(
+        default=False,
+        description="Opt-in: SGLang's expert-balancedness recorder (--expert-balancedness-report-mode prometheus). It ends every "
+        "forward pass with a reduce over every rank of the instance: refused with pp > 1 (the pipeline stages would wait on each "
+        "other at the first batch), a cross-node collective per step on decode. Balance on demand: runbooks/02-serve.md.",
+    )
     mtp: Mtp = Mtp()
     security: RoleSecurity = RoleSecurity()
 
