@@ -117,6 +117,14 @@ CASES = [
     ("serving-in-kube-system", ("serving.namespace", "kube-system"), "serving.namespace", "Kubernetes system namespace"),
     ("serving-in-an-addon-namespace", ("serving.namespace", "lws-system"), "serving.namespace", "where the kit's cluster add-ons run"),
     ("revision-wildcard", ("model.revision", "*"), "model.revision", "every revision"),
+    (
+        # SGLang 0.5.23 srt/environ.py: SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = EnvInt(128), the low-latency
+        # buffer's tokens per rank (srt/layers/moe/token_dispatcher/deepep.py); nothing in its resolution checks it.
+        "ll-dispatch-over-buffer",
+        ("roles.decode.max_running_requests", 4112),
+        "roles.decode.max_running_requests",
+        "257 requests per attention-DP rank x 1 token(s) each = 257 tokens per low-latency dispatch",
+    ),
     ("more-efa-than-instance", ("capacity.efa_devices", 32), "capacity.efa_devices", "has 16 EFA devices"),
     ("old-kubernetes", ("cluster.kubernetes_version", "1.29"), "cluster.kubernetes_version", "use one of 1.36"),
     ("bad-block-duration", ("capacity.duration_hours", 30), "capacity.duration_hours", "multiple of 24"),
@@ -428,3 +436,16 @@ def test_cdk_app_refuses_a_duplicate_key_in_one_line(tmp_path):
         " (YAML keeps only the last). Fix: keep one of them\n"
     )
     assert not list((tmp_path / "out").glob("*.template.json"))
+
+
+def test_the_tuned_profile_fills_the_low_latency_buffer_exactly_and_one_more_request_per_rank_is_refused():
+    """Tuned decode: 512 requests / 16 DP ranks = 32 per rank, x 4 MTP draft tokens = 128, exactly DeepEP's low-latency
+    buffer (SGLang 0.5.23 SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = 128). One more request per rank fails inside
+    the dispatch kernel at run time, after conformance passed; the plan refuses it with the largest count that fits."""
+    raw = yaml.safe_load(profile_files.resolve("glm51-fp8-2p2d-tuned").read_text())
+    plan.build(profile_files.parse(raw, source="tuned.yaml"))
+    raw["roles"]["decode"]["max_running_requests"] = 528
+    err = _error(raw)
+    assert err.field == "roles.decode.max_running_requests"
+    assert "33 requests per attention-DP rank x 4 token(s) each = 132 tokens" in str(err)
+    assert "use at most 512 (or fewer mtp.draft_tokens)" in str(err)
