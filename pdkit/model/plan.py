@@ -388,6 +388,7 @@ class Plan:
     # "cluster" or "none" (_placement_group); what the plan report warns about the choice.
     placement_group: str
     placement_warnings: tuple[str, ...]
+    serving_warnings: tuple[str, ...]  # known upstream breakage of the chosen layout, with the fallback
     efa_devices_per_node: int
     model: Model
     roles: dict[str, RolePlan]
@@ -512,6 +513,7 @@ def _build(p: Profile, path: str) -> Plan:
         instance_count=p.capacity.instance_count,
         placement_group=_placement_group(p),
         placement_warnings=_placement_warnings(p),
+        serving_warnings=_serving_warnings(p),
         efa_devices_per_node=efa,
         model=model,
         roles=roles,
@@ -829,6 +831,25 @@ def _placement_group(p: Profile) -> Literal["cluster", "none"]:
     if chosen is not None:
         return chosen
     return "none" if p.capacity.market == "capacity-block" else "cluster"
+
+
+# Open upstream: "[Bug] GLM5-FP8 enabling context parallel and MTP simultaneously causes error" (PD prefill on H200,
+# TP8/EP8 deepep; "Using CP alone works fine"), https://github.com/sgl-project/sglang/issues/18830. SGLang 0.5.23's new
+# draft placement (speculative/draft_parallel.py) covers SINGLE_GROUP drafts only; GLM's NextN draft keeps the target
+# layout, so nothing shows it fixed. Drop this warning when a pinned SGLang closes the issue.
+CP_MTP_ISSUE = "sgl-project/sglang#18830"
+
+
+def _serving_warnings(p: Profile) -> tuple[str, ...]:
+    prefill = p.roles.prefill
+    if prefill.parallelism.attn_cp > 1 and prefill.mtp.enabled:
+        return (
+            f"roles.prefill runs attention context parallelism (attn_cp {prefill.parallelism.attn_cp}) with MTP, which fails for "
+            f"GLM-5-FP8 in PD prefill upstream ({CP_MTP_ISSUE}, open; not known fixed in the pinned SGLang). Treat this profile "
+            "as unproven until a GPU run: the fallback is the seed profile (MTP off), or MTP with the prefill fallback layout "
+            "(roles.prefill.parallelism tp 16, attn_dp 16; runbooks/02-serve.md, Switch the prefill layout)",
+        )
+    return ()
 
 
 def _placement_warnings(p: Profile) -> tuple[str, ...]:

@@ -61,7 +61,7 @@ def as_text(plan: Plan, *, next_step: str = "make synth   (then `pdkit capacity 
             "  Warning: cluster.admin_principal_arns is empty. The cluster grants no one admin (creator admin is off on purpose),",
             "  so kubectl and `pdkit status` will be refused. Add your role ARN, e.g. arn:aws:iam::<account>:role/<your-role>.",
         ]
-    for warning in plan.placement_warnings:
+    for warning in (*plan.placement_warnings, *plan.serving_warnings):
         lines += ["", f"  Warning: {warning}."]
     lines += ["", f"Next: {next_step}"]
     return "\n".join(lines)
