@@ -191,10 +191,10 @@ def test_environment_comes_from_one_config_map(objs, plan):
         assert sglang_container(objs, role)["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
 
 
-def test_tuned_profile_sets_spec_v2_on_the_roles_running_mtp():
+def test_tuned_profile_sets_no_unread_spec_v2_variable():
     tuned = plan_of("glm51-fp8-2p2d-tuned")
     c = sglang_container(rendered(tuned), "decode")
-    assert {"name": "SGLANG_ENABLE_SPEC_V2", "value": "1"} in c["env"]
+    assert not [e for e in c["env"] if e["name"] == "SGLANG_ENABLE_SPEC_V2"]
 
 
 # --- security (no privilege, no host access for every profile: tests/test_pod.py) ---------------------

@@ -41,7 +41,6 @@ DEPRECATED_SPELLINGS = {
     "--disable-cuda-graph": "--cuda-graph-backend-decode disabled",
 }
 
-SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 # Prometheus only: the server_log form prints a line per forward pass.
 EXPERT_BALANCEDNESS_REPORT = "prometheus"
 
@@ -152,8 +151,6 @@ def parallelism_flags(r: RolePlan) -> list[str]:
 
 def role_env(plan: Plan, role: str) -> dict[str, str]:
     """Environment only this role needs (everything shared is in the ConfigMap)."""
-    env: dict[str, str] = role_fabric_env(plan, plan.roles[role])
-    if plan.roles[role].settings.mtp.enabled:
-        # SGLang's GLM-5.1 recipe runs EAGLE MTP on the v2 speculative worker.
-        env[SPEC_V2_ENV] = "1"
-    return env
+    # No SGLANG_ENABLE_SPEC_V2 for MTP: the recipe's variable is read nowhere in SGLang 0.5.23, and conformance refuses an
+    # SGLANG_* variable the pinned SGLang does not read (conformance/check_sglang.py, unread_sglang_variables).
+    return role_fabric_env(plan, plan.roles[role])
