@@ -137,12 +137,15 @@ _SGLANG_SOURCE: list[str] = []
 def unread_sglang_variables(env: dict[str, str]) -> list[str]:
     """The SGLANG_* variables of `env` that no file of the installed SGLang names: a variable nothing reads is a decision
     that does nothing (SGLANG_ENABLE_SPEC_V2, from public GLM-5 recipes, is read nowhere in 0.5.23)."""
+    names = [name for name in env if name.startswith("SGLANG_")]
+    if not names:
+        return []
     if not _SGLANG_SOURCE:
         import sglang
 
         root = Path(sglang.__file__).parent
         _SGLANG_SOURCE.append("\n".join(f.read_text(errors="replace") for f in root.rglob("*.py")))
-    return sorted(name for name in env if name.startswith("SGLANG_") and name not in _SGLANG_SOURCE[0])
+    return sorted(name for name in names if name not in _SGLANG_SOURCE[0])
 
 
 def check_sglang(case: dict[str, Any]) -> list[str]:
