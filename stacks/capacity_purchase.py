@@ -128,7 +128,9 @@ class CapacityPurchase(Construct):
             service_timeout=cdk.Duration.minutes(SERVICE_TIMEOUT_MINUTES),
         )
         # The function acts only on requests for this resource (its logical id is known only once the resource exists).
-        self.function.function.add_environment(handler.ENV_RESOURCE_ID, stack.get_logical_id(self.resource.node.default_child))  # type: ignore[arg-type]
+        resource = self.resource.node.default_child
+        assert isinstance(resource, cdk.CfnResource), "aws-cdk-lib's CustomResource wraps one CfnResource"
+        self.function.function.add_environment(handler.ENV_RESOURCE_ID, stack.get_logical_id(resource))
         self.reservation_id = self.resource.get_att_string("ReservationId")
         self.start = self.resource.get_att_string("StartDate")
         self.end = self.resource.get_att_string("EndDate")

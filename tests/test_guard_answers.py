@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import boto3
 import pytest
@@ -143,7 +144,10 @@ def test_a_hung_aws_call_is_answered_before_the_function_times_out():
     ec2 = HangingEc2()
     sent = []
     event = request("Create", ResourceProperties=GUARD)
-    respond = lambda e, **kw: sent.append(kw)  # noqa: E731
+
+    def respond(_event: dict[str, Any], **kw: Any) -> None:
+        sent.append(kw)
+
     done = threading.Thread(
         target=reservation_guard.handler,
         args=(event, Lambda(reservation_guard.WATCHDOG_MARGIN_SECONDS + 0.3)),

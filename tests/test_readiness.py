@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -109,3 +110,14 @@ def test_no_kubectl_on_path_is_a_warning_with_where_to_get_it():
     row = readiness.kubectl(plan_of(), which=lambda _n: None)
     assert row[:2] == ("kubectl", "WARN")
     assert "kubectl 1.36" in row[3]
+
+
+def test_a_kubectl_that_does_not_report_its_version_is_a_warning():
+    """A wrapper or a broken install printing something else: WARN with where to get kubectl, never a traceback."""
+
+    def garbage(*_a: object, **_k: object) -> SimpleNamespace:
+        return SimpleNamespace(stdout="kubectl: command not supported", returncode=1)
+
+    row = readiness.kubectl(plan_of(), run=garbage, which=lambda _n: "/usr/local/bin/kubectl")
+    assert row[:2] == ("kubectl", "WARN")
+    assert "did not report its version" in row[2]

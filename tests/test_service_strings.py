@@ -16,7 +16,7 @@ Fn::GetStackOutput) is resolved first; what only the deploy knows is skipped, co
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ import botocore.session
 import pytest
 import regex  # the patterns of the botocore model use \p{L}-style classes (pinned via cfn-lint, requirements-dev.txt)
 
-from pdkit.model import profile_files
+from pdkit.model import profile_files, service_names
 from tests.fixtures.templates import UNRESOLVED, Template, at, profiles, resolve, templates_of
 
 API = "https://docs.aws.amazon.com/{guide}/latest/APIReference/API_{operation}.html"
@@ -53,9 +53,12 @@ class Rule:
     min_len: int = 0
     pattern: str | None = None  # matched against the whole string
     reserved_prefix: str | None = None  # case-insensitive
+    check: Callable[[str], str | None] | None = None  # a whole rule the kit already has (its problem, or None)
 
     def problems(self, value: str) -> list[str]:
         found = []
+        if self.check is not None and (problem := self.check(value)):
+            found.append(problem)
         if self.max_len is not None and len(value) > self.max_len:
             found.append(f"{len(value)} characters, at most {self.max_len}")
         if len(value) < self.min_len:
@@ -150,9 +153,8 @@ EKS_NODEGROUP_NAME = Rule(
 # https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html (3 to 63 characters).
 S3_BUCKET_NAME = Rule(
     source="https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html",
-    max_len=63,
-    min_len=3,
-    pattern=r"[a-z0-9][a-z0-9.-]*[a-z0-9]",
+    # The kit's one reading of S3's naming rules (pdkit render refuses a --weights-bucket by the same function).
+    check=service_names.bucket_problem,
 )
 # AWS::APS::Scraper / Workspace Alias: the CloudFormation resource schemas (the amp model declares no limit).
 APS_ALIAS = Rule(

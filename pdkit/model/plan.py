@@ -21,7 +21,16 @@ from pydantic import BaseModel
 from pdkit.errors import ProfileError, short
 from pdkit.model import catalog
 from pdkit.model.catalog import InstanceType, Model
-from pdkit.model.gpu_memory import MIB, MemoryBudget, RoleShape, decode_graph_batch_sizes, derived_by_backend, derived_fraction, reserve_mib
+from pdkit.model.gpu_memory import (
+    LL_TOKENS_PER_RANK,
+    MIB,
+    MemoryBudget,
+    RoleShape,
+    decode_graph_batch_sizes,
+    derived_by_backend,
+    derived_fraction,
+    reserve_mib,
+)
 from pdkit.model.images import A2A_IMAGES, ImagePlan, plan_images
 from pdkit.model.profile import PLACEHOLDER_RESERVATION, Bench, Network, Parallelism, Profile, Role
 
@@ -922,28 +931,24 @@ def _endpoint(p: Profile) -> None:
             )
 
 
-# DeepEP's low-latency buffers hold this many tokens per rank and dispatch (SGLang 0.5.23: srt/environ.py
-# SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK = EnvInt(128), read by srt/layers/moe/token_dispatcher/deepep.py when it
-# sizes the low-latency buffer). No resolution rule compares it with the batch: one more token fails inside the kernel.
-LL_DISPATCH_TOKENS_PER_RANK = 128
-
-
 def _low_latency_dispatch_fits(at: str, r: Role, par: Parallelism, graph_bs: tuple[int, ...]) -> None:
     """A low-latency role's largest step per rank: its running requests per attention-DP rank (or its largest CUDA
-    graph), times the tokens each verifies with MTP. It must fit the dispatch buffer. Checked where attention is data
+    graph), times the tokens each verifies with MTP. It must fit DeepEP's low-latency buffer, LL_TOKENS_PER_RANK
+    (SGLang 0.5.23 SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK, srt/environ.py, the number the memory model sizes the
+    buffer with); no SGLang resolution rule compares it with the batch, so one more token fails in the kernel. Checked where attention is data
     parallel end to end (attn_dp = tp: every rank dispatches its own batch, the seed's decode); with attention TP the
     batch is split over the ranks before dispatch in a way this rule does not model, so it stays unchecked there."""
     if par.deepep_mode != "low_latency" or par.attn_dp != par.tp:
         return
     per_rank = max(max(graph_bs, default=0), math.ceil(r.max_running_requests / par.attn_dp))
     tokens = r.mtp.draft_tokens if r.mtp.enabled else 1
-    if per_rank * tokens > LL_DISPATCH_TOKENS_PER_RANK:
-        most = LL_DISPATCH_TOKENS_PER_RANK // tokens * par.attn_dp
+    if per_rank * tokens > LL_TOKENS_PER_RANK:
+        most = LL_TOKENS_PER_RANK // tokens * par.attn_dp
         raise ProfileError(
             f"{at}.max_running_requests",
             r.max_running_requests,
             f"{per_rank} requests per attention-DP rank x {tokens} token(s) each = {per_rank * tokens} tokens per low-latency "
-            f"dispatch, more than DeepEP's buffer holds ({LL_DISPATCH_TOKENS_PER_RANK}, SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK)",
+            f"dispatch, more than DeepEP's buffer holds ({LL_TOKENS_PER_RANK}, SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK)",
             f"use at most {most}" + (" (or fewer mtp.draft_tokens)" if tokens > 1 else ""),
         )
 
